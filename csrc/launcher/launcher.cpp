@@ -1,0 +1,175 @@
+// chord_kernels._launcher: load cubins and launch kernels through the CUDA driver API.
+//
+// Why the driver API and dlopen: this module must build on a machine with no GPU
+// and no driver (CI), and importing it must touch nothing on the GPU. So it declares
+// the handful of driver types and entry points it needs itself and resolves them from
+// libcuda.so.1 on first use. It does not link torch: callers pass raw device
+// pointers, the stream handle and a packed parameter buffer (see chord_kernels.jit.launch).
+#include <dlfcn.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+namespace py = pybind11;
+
+namespace {
+
+// Minimal driver ABI (stable since CUDA 4.0; values from the driver API documentation).
+using CUresult = int;
+using CUdevice = int;
+using CUcontext = struct CUctx_st*;
+using CUmodule = struct CUmod_st*;
+using CUfunction = struct CUfunc_st*;
+using CUstream = struct CUstream_st*;
+constexpr CUresult CUDA_SUCCESS = 0;
+constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
+constexpr int CU_FUNC_ATTRIBUTE_NUM_REGS = 4;
+constexpr int CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0;
+void* const CU_LAUNCH_PARAM_END = reinterpret_cast<void*>(0x00);
+void* const CU_LAUNCH_PARAM_BUFFER_POINTER = reinterpret_cast<void*>(0x01);
+void* const CU_LAUNCH_PARAM_BUFFER_SIZE = reinterpret_cast<void*>(0x02);
+
+struct Driver {
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuCtxGetCurrent)(CUcontext*);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuModuleLoadData)(CUmodule*, const void*);
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuFuncGetAttribute)(int*, int, CUfunction);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, CUstream, void**, void**);
+  CUresult (*cuGetErrorString)(CUresult, const char**);
+};
+
+Driver g_driver{};
+bool g_loaded = false;
+std::mutex g_mutex;
+
+template <typename F>
+void resolve(void* lib, const char* name, F& fn) {
+  fn = reinterpret_cast<F>(dlsym(lib, name));
+  if (!fn) throw std::runtime_error(std::string("chord launcher: libcuda lacks ") + name);
+}
+
+const Driver& driver() {
+  if (g_loaded) return g_driver;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_loaded) return g_driver;
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (!lib) {
+    throw std::runtime_error(
+        "chord launcher: cannot open libcuda.so.1 (no NVIDIA driver on this machine?): " +
+        std::string(dlerror()));
+  }
+  Driver d{};
+  resolve(lib, "cuInit", d.cuInit);
+  resolve(lib, "cuDeviceGet", d.cuDeviceGet);
+  resolve(lib, "cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain);
+  resolve(lib, "cuCtxGetCurrent", d.cuCtxGetCurrent);
+  resolve(lib, "cuCtxSetCurrent", d.cuCtxSetCurrent);
+  resolve(lib, "cuModuleLoadData", d.cuModuleLoadData);
+  resolve(lib, "cuModuleGetFunction", d.cuModuleGetFunction);
+  resolve(lib, "cuFuncSetAttribute", d.cuFuncSetAttribute);
+  resolve(lib, "cuFuncGetAttribute", d.cuFuncGetAttribute);
+  resolve(lib, "cuLaunchKernel", d.cuLaunchKernel);
+  resolve(lib, "cuGetErrorString", d.cuGetErrorString);
+  g_driver = d;
+  g_loaded = true;
+  return g_driver;
+}
+
+void check(CUresult rc, const char* what) {
+  if (rc == CUDA_SUCCESS) return;
+  const char* msg = nullptr;
+  if (g_loaded) g_driver.cuGetErrorString(rc, &msg);
+  throw std::runtime_error(std::string("chord launcher: ") + what + " failed: CUDA error " +
+                           std::to_string(rc) + " (" + (msg ? msg : "unknown") + ")");
+}
+
+// Make the device's primary context (the one torch uses) current on this thread.
+CUcontext bind_primary_context(int device) {
+  const Driver& d = driver();
+  check(d.cuInit(0), "cuInit");
+  CUdevice dev;
+  check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+  CUcontext ctx;
+  check(d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  return ctx;
+}
+
+struct Kernel {
+  CUfunction fn;
+  CUcontext ctx;
+};
+
+// Load a cubin image on `device` and return (function handle, context handle) for `name`.
+py::tuple load_kernel(py::bytes image, const std::string& name, int device,
+                      int max_dynamic_smem) {
+  CUcontext ctx = bind_primary_context(device);
+  const Driver& d = driver();
+  std::string data = image;  // cuModuleLoadData copies the image; keep ours alive for the call
+  CUmodule mod;
+  check(d.cuModuleLoadData(&mod, data.data()), "cuModuleLoadData");
+  CUfunction fn;
+  check(d.cuModuleGetFunction(&fn, mod, name.c_str()), ("cuModuleGetFunction(" + name + ")").c_str());
+  if (max_dynamic_smem > 48 * 1024) {
+    check(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, max_dynamic_smem),
+          "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+  }
+  return py::make_tuple(reinterpret_cast<std::uintptr_t>(fn), reinterpret_cast<std::uintptr_t>(ctx));
+}
+
+py::dict function_attributes(std::uintptr_t fn_handle) {
+  const Driver& d = driver();
+  auto fn = reinterpret_cast<CUfunction>(fn_handle);
+  int regs = 0, max_threads = 0;
+  check(d.cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn), "cuFuncGetAttribute(NUM_REGS)");
+  check(d.cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn),
+        "cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)");
+  py::dict out;
+  out["num_regs"] = regs;
+  out["max_threads_per_block"] = max_threads;
+  return out;
+}
+
+// Hot path: no allocation, no Python object creation beyond argument parsing.
+void launch(std::uintptr_t fn_handle, std::uintptr_t ctx_handle, unsigned gx, unsigned gy,
+            unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned smem,
+            std::uintptr_t stream, py::bytes params) {
+  if (gx == 0 || gy == 0 || gz == 0) return;  // an empty problem launches nothing
+  const Driver& d = driver();
+  auto ctx = reinterpret_cast<CUcontext>(ctx_handle);
+  CUcontext cur = nullptr;
+  check(d.cuCtxGetCurrent(&cur), "cuCtxGetCurrent");
+  if (cur != ctx) check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  char* buf = nullptr;
+  Py_ssize_t size = 0;
+  if (PyBytes_AsStringAndSize(params.ptr(), &buf, &size) != 0) throw py::error_already_set();
+  size_t nbytes = static_cast<size_t>(size);
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &nbytes,
+                   CU_LAUNCH_PARAM_END};
+  check(d.cuLaunchKernel(reinterpret_cast<CUfunction>(fn_handle), gx, gy, gz, bx, by, bz, smem,
+                         reinterpret_cast<CUstream>(stream), nullptr, extra),
+        "cuLaunchKernel");
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_launcher, m) {
+  m.doc() = "Chord's CUDA driver-API launcher (libcuda is opened on first use, never at import)";
+  m.def("driver_loaded", [] { return g_loaded; },
+        "True once libcuda has been opened by this process (import never opens it).");
+  m.def("load_kernel", &load_kernel, py::arg("image"), py::arg("name"), py::arg("device"),
+        py::arg("max_dynamic_smem") = 0);
+  m.def("function_attributes", &function_attributes, py::arg("fn"));
+  m.def("launch", &launch, py::arg("fn"), py::arg("ctx"), py::arg("gx"), py::arg("gy"),
+        py::arg("gz"), py::arg("bx"), py::arg("by"), py::arg("bz"), py::arg("smem"),
+        py::arg("stream"), py::arg("params"));
+}

@@ -1,0 +1,49 @@
+"""Kernel descriptors: one small generated translation unit per kernel configuration.
+
+A :class:`KernelSpec` names a device-side body (a ``run`` function of a class template in a
+csrc header) and its template arguments; :meth:`KernelSpec.source` wraps it in an
+``extern "C"`` kernel taking the family's parameter struct by value. Problem sizes (tokens,
+N, K, experts) are run-time arguments, so a profile needs only a handful of cubins.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+DEFAULT_ARCH = "sm_90a"
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    family: str  # e.g. "indexed_simple"
+    header: str  # relative to csrc/, e.g. "indexed/w4a16_indexed_simple.cuh"
+    body: str  # class template with a static __device__ run(const Params&)
+    params_type: str  # the parameter struct, passed by value as __grid_constant__
+    template_args: tuple[tuple[str, int], ...]  # (name, value), in template order
+    threads: int
+    arch: str = DEFAULT_ARCH
+    extra_flags: tuple[str, ...] = ()
+
+    @property
+    def symbol(self) -> str:
+        args = "_".join(f"{name}{value}" for name, value in self.template_args)
+        return re.sub(r"\W", "_", f"chord_{self.family}_{args}")
+
+    @property
+    def config(self) -> dict[str, int]:
+        return dict(self.template_args)
+
+    def source(self) -> str:
+        targs = ", ".join(str(v) for _, v in self.template_args)
+        return (
+            f'#include "{self.header}"\n\n'
+            f'extern "C" __global__ void __launch_bounds__({self.threads})\n'
+            f"{self.symbol}(const __grid_constant__ {self.params_type} params) {{\n"
+            f"  {self.body}<{targs}>::run(params);\n"
+            f"}}\n"
+        )
+
+    def describe(self) -> str:
+        cfg = ", ".join(f"{k}={v}" for k, v in self.template_args)
+        return f"{self.family}[{cfg}] threads={self.threads} arch={self.arch}"

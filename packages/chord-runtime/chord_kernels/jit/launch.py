@@ -1,0 +1,50 @@
+"""Load compiled kernels once per (descriptor, device) and launch them on torch's stream."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass
+
+from .compiler import compile_kernel
+from .kernel import KernelSpec
+
+
+@dataclass(frozen=True)
+class LoadedKernel:
+    spec: KernelSpec
+    device: int
+    fn: int  # CUfunction handle
+    ctx: int  # CUcontext handle (the device's primary context)
+    max_dynamic_smem: int
+
+    def launch(self, grid: tuple[int, int, int], block: tuple[int, int, int], smem: int,
+               stream: int, params: bytes) -> None:
+        _launcher().launch(self.fn, self.ctx, grid[0], grid[1], grid[2], block[0], block[1],
+                           block[2], smem, stream, params)
+
+    def attributes(self) -> dict:
+        return _launcher().function_attributes(self.fn)
+
+
+def _launcher():
+    # Imported lazily so that `import chord_kernels` never even loads the extension.
+    from .. import _launcher as mod
+
+    return mod
+
+
+_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=None)
+def _load(spec: KernelSpec, device: int, max_dynamic_smem: int) -> LoadedKernel:
+    path = compile_kernel(spec)
+    fn, ctx = _launcher().load_kernel(path.read_bytes(), spec.symbol, device, max_dynamic_smem)
+    return LoadedKernel(spec, device, fn, ctx, max_dynamic_smem)
+
+
+def load_kernel(spec: KernelSpec, device: int, max_dynamic_smem: int = 0) -> LoadedKernel:
+    """Compile (cached on disk) and load ``spec`` on ``device``; memoized per process."""
+    with _lock:
+        return _load(spec, device, max_dynamic_smem)

@@ -1,0 +1,112 @@
+"""JIT: cache keys, the header closure, one compile across processes, atomic results, errors,
+and the CI compile check (real nvcc, sm_90a) of every kernel the default profiles can pick."""
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from chord_kernels.dispatch import indexed_simple_spec
+from chord_kernels.jit import compiler
+from chord_kernels.jit.paths import csrc_dir
+from chord_kernels.profiles import all_default_specs
+
+SPEC = indexed_simple_spec()
+
+
+def test_key_covers_source_headers_flags_compiler_and_arch(tmp_path, monkeypatch):
+    base = compiler.cache_key(SPEC, compiler_version="nvcc A")
+    assert base == compiler.cache_key(SPEC, compiler_version="nvcc A")
+    assert base != compiler.cache_key(SPEC, compiler_version="nvcc B")
+    other_args = dataclasses.replace(SPEC, template_args=(("BLOCK_K", 128),))
+    assert base != compiler.cache_key(other_args, compiler_version="nvcc A")
+    assert base != compiler.cache_key(dataclasses.replace(SPEC, extra_flags=("-DX=1",)), compiler_version="nvcc A")
+    assert base != compiler.cache_key(dataclasses.replace(SPEC, arch="sm_100a"), compiler_version="nvcc A")
+    # A change in a header the source reaches only indirectly changes the key too.
+    copy = tmp_path / "csrc"
+    shutil.copytree(csrc_dir(), copy)
+    assert compiler.cache_key(SPEC, copy, "nvcc A") == base  # the checkout's path is not part of it
+    with open(copy / "common" / "w4a16_fragment.cuh", "a") as f:
+        f.write("\n// edited\n")
+    assert compiler.cache_key(SPEC, copy, "nvcc A") != base
+
+
+def test_include_closure_follows_nested_headers():
+    closure = compiler.include_closure(SPEC.source(), csrc_dir())
+    assert set(closure) == {"indexed/w4a16_indexed_simple.cuh", "common/w4a16_fragment.cuh"}
+
+
+def test_missing_header_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match='#include "nope.cuh" not found'):
+        compiler.include_closure('#include "nope.cuh"\n', tmp_path)
+
+
+FAKE_NVCC = textwrap.dedent("""\
+    #!/usr/bin/env bash
+    # Stand-in for nvcc: logs each compile, takes a while, writes a fake cubin.
+    if [ "$1" = "--version" ]; then echo "fake nvcc 1.0"; exit 0; fi
+    echo "compile $$" >> "$FAKE_NVCC_LOG"
+    [ -n "$FAKE_NVCC_FAIL" ] && { echo "error: planted failure" >&2; exit 1; }
+    sleep 1
+    while [ $# -gt 0 ]; do if [ "$1" = "-o" ]; then out="$2"; fi; shift; done
+    printf 'CUBIN' > "$out"
+""")
+
+
+@pytest.fixture
+def fake_nvcc(tmp_path, monkeypatch):
+    script = tmp_path / "nvcc"
+    script.write_text(FAKE_NVCC)
+    script.chmod(0o755)
+    log = tmp_path / "compiles.log"
+    env = {"CHORD_NVCC": str(script), "FAKE_NVCC_LOG": str(log), "CHORD_CACHE_DIR": str(tmp_path / "cache")}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    compiler._nvcc_version.cache_clear()
+    yield log
+    compiler._nvcc_version.cache_clear()
+
+
+def test_two_processes_compile_once(fake_nvcc, tmp_path):
+    code = ("from chord_kernels.dispatch import indexed_simple_spec\n"
+            "from chord_kernels.jit import compile_kernel\n"
+            "print(compile_kernel(indexed_simple_spec()))\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+             for _ in range(2)]
+    outs = [p.communicate(timeout=120)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert outs[0] == outs[1] and Path(outs[0]).read_bytes() == b"CUBIN"
+    assert len(fake_nvcc.read_text().splitlines()) == 1
+    leftovers = [p.name for p in Path(outs[0]).parent.iterdir() if p.name.startswith(".build-")]
+    assert leftovers == []
+    # A third call in this process is a cache hit: still one compile.
+    assert str(compiler.compile_kernel(SPEC)) == outs[0]
+    assert len(fake_nvcc.read_text().splitlines()) == 1
+
+
+def test_failed_compile_raises_and_leaves_no_cubin(fake_nvcc, monkeypatch):
+    monkeypatch.setenv("FAKE_NVCC_FAIL", "1")
+    with pytest.raises(compiler.CompileError, match="planted failure"):
+        compiler.compile_kernel(SPEC)
+    assert not compiler.cubin_path(SPEC).exists()
+
+
+def test_compile_check_default_profiles(tmp_path, monkeypatch):
+    """CI's compile check: every kernel the default profiles can pick builds for sm_90a."""
+    try:
+        compiler.find_nvcc()
+    except FileNotFoundError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("nvcc not installed")
+    monkeypatch.setenv("CHORD_CACHE_DIR", str(tmp_path / "cache"))
+    specs = all_default_specs()
+    assert specs
+    for spec in specs:
+        cubin = compiler.compile_kernel(spec)
+        assert cubin.stat().st_size > 1000, spec.describe()
