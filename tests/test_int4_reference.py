@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from chord_kernels import int4, reference
 
 

@@ -10,13 +10,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from chord_kernels.dispatch import indexed_simple_spec
+from chord_kernels.dispatch import indexed_simple
 from chord_kernels.jit import compiler
 from chord_kernels.jit.paths import csrc_dir
 from chord_kernels.profiles import all_default_specs
 
-SPEC = indexed_simple_spec()
+SPEC = indexed_simple().spec
 
 
 def test_key_covers_source_headers_flags_compiler_and_arch(tmp_path, monkeypatch):
@@ -38,7 +37,7 @@ def test_key_covers_source_headers_flags_compiler_and_arch(tmp_path, monkeypatch
 
 def test_include_closure_follows_nested_headers():
     closure = compiler.include_closure(SPEC.source(), csrc_dir())
-    assert set(closure) == {"indexed/w4a16_indexed_simple.cuh", "common/w4a16_fragment.cuh"}
+    assert set(closure) == {"indexed/w4a16_indexed_simple.cuh", "indexed/indexed_params.cuh", "common/w4a16_fragment.cuh"}
 
 
 def test_missing_header_is_a_clear_error(tmp_path):
@@ -73,9 +72,9 @@ def fake_nvcc(tmp_path, monkeypatch):
 
 
 def test_two_processes_compile_once(fake_nvcc, tmp_path):
-    code = ("from chord_kernels.dispatch import indexed_simple_spec\n"
+    code = ("from chord_kernels.dispatch import indexed_simple\n"
             "from chord_kernels.jit import compile_kernel\n"
-            "print(compile_kernel(indexed_simple_spec()))\n")
+            "print(compile_kernel(indexed_simple().spec))\n")
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=os.environ.copy())
              for _ in range(2)]
     outs = [p.communicate(timeout=120)[0].strip() for p in procs]
@@ -104,9 +103,10 @@ def test_compile_check_default_profiles(tmp_path, monkeypatch):
         if os.environ.get("CI"):
             raise
         pytest.skip("nvcc not installed")
+    from chord_kernels.cli import precompile
+
     monkeypatch.setenv("CHORD_CACHE_DIR", str(tmp_path / "cache"))
     specs = all_default_specs()
-    assert specs
-    for spec in specs:
-        cubin = compiler.compile_kernel(spec)
+    assert len(specs) >= 2
+    for spec, cubin in zip(specs, precompile(specs, jobs=os.cpu_count() or 1, progress=False), strict=True):
         assert cubin.stat().st_size > 1000, spec.describe()

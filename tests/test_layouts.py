@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from chord_kernels import layouts
 from chord_kernels.operator import pack_w4a16_grouped, pack_w4a16_indexed
 

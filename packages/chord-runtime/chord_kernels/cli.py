@@ -14,18 +14,17 @@ from .profiles import DEFAULT_PROFILES, PROFILES, profile_specs
 
 
 def precompile(specs: list[KernelSpec], jobs: int, progress: bool = True) -> list:
-    """Compile ``specs`` with ``jobs`` parallel nvcc processes; returns the cubin paths."""
+    """Compile ``specs`` with ``jobs`` parallel nvcc processes; returns the cubin paths in order."""
     from tqdm import tqdm
 
-    paths = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = {pool.submit(compile_kernel, s): s for s in specs}
         with tqdm(total=len(specs), desc="chord precompile", unit="kernel", disable=not progress) as bar:
             for fut in as_completed(futures):
-                paths.append(fut.result())
+                fut.result()  # raise the first compile error as soon as it happens
                 bar.set_postfix_str(futures[fut].symbol)
                 bar.update()
-    return paths
+    return [fut.result() for fut in futures]
 
 
 def _cmd_precompile(args) -> int:
@@ -40,9 +39,9 @@ def _cmd_precompile(args) -> int:
 
 
 def _cmd_profiles(args) -> int:
-    for name, (desc, fn) in PROFILES.items():
+    for name, (desc, _) in PROFILES.items():
         print(f"{name}: {desc}")
-        for spec in fn(args.arch):
+        for spec in profile_specs(name, args.arch):
             print(f"    {spec.describe()}")
     return 0
 

@@ -13,7 +13,7 @@ class UnsupportedDeviceError(RuntimeError):
     """The tensors live on a GPU Chord has no kernels for."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kernel_arch(device_index: int) -> str:
     """The nvcc target for ``device_index``, or a clear error on anything but SM90 (Hopper)."""
     cap = torch.cuda.get_device_capability(device_index)

@@ -2,7 +2,8 @@
 
 A *problem* is what the caller's shapes say (N, K, experts, top_k, routing block size); a
 *kernel config* is how Chord runs it (family, tiles, launch shape). ``CHORD_PRINT_CONFIGS=1``
-prints each distinct choice once, to stderr.
+prints each distinct choice once, to stderr. ``CHORD_W4A16_INDEXED_KERNEL=simple|mma`` forces
+an indexed kernel family (debugging; the default is the heuristic below).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 
 from .jit.kernel import DEFAULT_ARCH, KernelSpec
 from .layouts import BLOCK_K_BY_MODE
+
+INDEXED_FAMILIES = ("mma", "simple")
 
 
 @dataclass(frozen=True)
@@ -27,8 +30,8 @@ class IndexedProblem:
 @dataclass(frozen=True)
 class IndexedLaunch:
     spec: KernelSpec
-    rows_per_cta: int
-    cols_per_cta: int
+    rows_per_cta: int  # routed rows (tokens) one CTA covers
+    cols_per_cta: int  # output columns (weight rows) one CTA covers
 
     def ctas_per_block(self, problem: IndexedProblem) -> int:
         return -(-problem.block_m // self.rows_per_cta)
@@ -37,23 +40,69 @@ class IndexedLaunch:
         return (-(-problem.n // self.cols_per_cta), num_blocks * self.ctas_per_block(problem), 1)
 
 
-def indexed_simple_spec(arch: str = DEFAULT_ARCH) -> KernelSpec:
-    return KernelSpec(
-        family="indexed_simple",
-        header="indexed/w4a16_indexed_simple.cuh",
-        body="chord::IndexedSimple",
-        params_type="chord::IndexedParams",
-        template_args=(("BLOCK_K", BLOCK_K_BY_MODE["indexed"]),),
-        threads=128,
-        arch=arch,
-    )
+def indexed_simple(arch: str = DEFAULT_ARCH) -> IndexedLaunch:
+    """FP32-FMA kernel: the slow, obviously-correct baseline (kept for cross-checking)."""
+    spec = KernelSpec(family="indexed_simple", header="indexed/w4a16_indexed_simple.cuh",
+                      body="chord::IndexedSimple", params_type="chord::IndexedParams",
+                      template_args=(("BLOCK_K", BLOCK_K_BY_MODE["indexed"]),), threads=128, arch=arch)
+    return IndexedLaunch(spec, rows_per_cta=16, cols_per_cta=64)
 
 
-def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH) -> IndexedLaunch:
-    """The foundation has one indexed kernel (simple, correct); #4 adds the fast profiles."""
-    launch = IndexedLaunch(indexed_simple_spec(arch), rows_per_cta=16, cols_per_cta=64)
+def indexed_mma(nt: int, tt: int, stage_k: int, stages: int = 3, ctas_per_sm: int = 4,
+                arch: str = DEFAULT_ARCH) -> IndexedLaunch:
+    """Swapped-operand mma.m16n8k16 kernel: 4 warps x ``nt`` 16-row weight tiles, 8*``tt`` tokens."""
+    spec = KernelSpec(family="indexed_mma", header="indexed/w4a16_indexed_mma.cuh",
+                      body="chord::IndexedMma", params_type="chord::IndexedParams",
+                      template_args=(("NT", nt), ("TT", tt), ("STAGE_K", stage_k), ("STAGES", stages)),
+                      threads=128, min_blocks_per_sm=ctas_per_sm, arch=arch)
+    return IndexedLaunch(spec, rows_per_cta=8 * tt, cols_per_cta=4 * nt * 16)
+
+
+def choose_indexed_mma(problem: IndexedProblem, arch: str = DEFAULT_ARCH) -> IndexedLaunch:
+    # Tokens: cover the routing block in one CTA up to 32 rows (4 n8 tiles); bigger blocks are
+    # split over several CTAs, each re-streaming the expert's weights (prefill belongs to WGMMA).
+    tt = min(4, max(1, -(-problem.block_m // 8)))
+    # Weight rows per warp: two 16-row tiles halve the activation re-reads per weight byte, one
+    # tile doubles the CTA count for narrow N (TP8 gate_up, N=512).
+    nt = 2 if problem.n >= 2048 else 1
+    # Activation stage: 256 columns when K allows it (fewer barriers), else one 64-wide block.
+    stage_k = 256 if problem.k % 256 == 0 else 64
+    # 4 CTAs/SM (a 128-register cap) hide each CTA's load->dequant->MMA latency; the largest
+    # tile needs more registers than that, so it runs 3 per SM instead of spilling.
+    ctas_per_sm = 4 if nt * tt <= 6 else 3
+    return indexed_mma(nt, tt, stage_k, ctas_per_sm=ctas_per_sm, arch=arch)
+
+
+def indexed_family() -> str:
+    return os.environ.get("CHORD_W4A16_INDEXED_KERNEL", "mma")
+
+
+def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: str = "mma") -> IndexedLaunch:
+    if family not in INDEXED_FAMILIES:
+        raise ValueError(f"CHORD_W4A16_INDEXED_KERNEL={family!r}; expected one of {', '.join(INDEXED_FAMILIES)}")
+    launch = indexed_simple(arch) if family == "simple" else choose_indexed_mma(problem, arch)
     report_choice(problem, launch.spec)
     return launch
+
+
+def indexed_profile_launches(n: int, k: int, arch: str = DEFAULT_ARCH) -> list[IndexedLaunch]:
+    """Every launch the heuristic can pick for a projection shape (block_m 1..32 and larger)."""
+    seen: dict[str, IndexedLaunch] = {}
+    for block_m in (8, 16, 24, 32, 64):
+        launch = choose_indexed_mma(IndexedProblem(n, k, 1, 1, block_m), arch)
+        seen.setdefault(launch.spec.symbol, launch)
+    return list(seen.values())
+
+
+def indexed_reachable_launches(arch: str = DEFAULT_ARCH) -> list[IndexedLaunch]:
+    """Every indexed launch the dispatch can pick for any shape (CI compiles all of them):
+    the heuristic's branches are N below/above 2048 and K a multiple of 256 or only of 64."""
+    seen: dict[str, IndexedLaunch] = {indexed_simple(arch).spec.symbol: indexed_simple(arch)}
+    for n in (512, 4096):
+        for k in (256, 320):
+            for launch in indexed_profile_launches(n, k, arch):
+                seen.setdefault(launch.spec.symbol, launch)
+    return list(seen.values())
 
 
 _reported: set = set()

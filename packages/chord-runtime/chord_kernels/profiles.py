@@ -6,15 +6,15 @@ per batch size. ``chord-runtime precompile --profile NAME`` compiles a profile i
 
 from __future__ import annotations
 
-from .dispatch import indexed_simple_spec
+from .dispatch import indexed_profile_launches, indexed_reachable_launches
 from .jit.kernel import DEFAULT_ARCH, KernelSpec
 
-# name -> (description, function of arch returning the specs)
+# name -> (description, [(N, K) of each projection])
 PROFILES = {
     "h200_ep8": ("H200, expert parallel 8 (48 local experts): gate_up N=4096 K=7168, down N=7168 K=2048",
-                 lambda arch: [indexed_simple_spec(arch)]),
+                 [(4096, 7168), (7168, 2048)]),
     "h200_tp8": ("H200, tensor parallel 8 (384 experts): gate_up N=512 K=7168, down N=7168 K=256",
-                 lambda arch: [indexed_simple_spec(arch)]),
+                 [(512, 7168), (7168, 256)]),
 }
 DEFAULT_PROFILES = ("h200_ep8", "h200_tp8")
 
@@ -22,13 +22,18 @@ DEFAULT_PROFILES = ("h200_ep8", "h200_tp8")
 def profile_specs(name: str, arch: str = DEFAULT_ARCH) -> list[KernelSpec]:
     if name not in PROFILES:
         raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}")
-    return PROFILES[name][1](arch)
+    specs: dict[str, KernelSpec] = {}
+    for n, k in PROFILES[name][1]:
+        for launch in indexed_profile_launches(n, k, arch):
+            specs.setdefault(launch.spec.symbol, launch.spec)
+    return list(specs.values())
 
 
 def all_default_specs(arch: str = DEFAULT_ARCH) -> list[KernelSpec]:
-    """Every distinct kernel the default profiles can pick (CI compiles each of these)."""
-    specs: dict[str, KernelSpec] = {}
+    """Every distinct kernel the dispatch tables can pick, for any shape (CI compiles these);
+    a superset of the default profiles."""
+    specs = {launch.spec.symbol: launch.spec for launch in indexed_reachable_launches(arch)}
     for name in DEFAULT_PROFILES:
         for spec in profile_specs(name, arch):
-            specs.setdefault(spec.symbol + spec.arch, spec)
+            specs.setdefault(spec.symbol, spec)
     return list(specs.values())

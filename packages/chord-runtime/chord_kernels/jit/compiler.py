@@ -47,7 +47,7 @@ def find_nvcc() -> str:
     raise FileNotFoundError("nvcc not found: install the CUDA toolkit or set CHORD_NVCC / CUDA_HOME")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _nvcc_version(nvcc: str) -> str:
     out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
     return out.strip()

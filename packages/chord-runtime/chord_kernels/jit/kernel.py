@@ -22,6 +22,7 @@ class KernelSpec:
     params_type: str  # the parameter struct, passed by value as __grid_constant__
     template_args: tuple[tuple[str, int], ...]  # (name, value), in template order
     threads: int
+    min_blocks_per_sm: int = 1  # __launch_bounds__ occupancy target (caps registers)
     arch: str = DEFAULT_ARCH
     extra_flags: tuple[str, ...] = ()
 
@@ -38,7 +39,7 @@ class KernelSpec:
         targs = ", ".join(str(v) for _, v in self.template_args)
         return (
             f'#include "{self.header}"\n\n'
-            f'extern "C" __global__ void __launch_bounds__({self.threads})\n'
+            f'extern "C" __global__ void __launch_bounds__({self.threads}, {self.min_blocks_per_sm})\n'
             f"{self.symbol}(const __grid_constant__ {self.params_type} params) {{\n"
             f"  {self.body}<{targs}>::run(params);\n"
             f"}}\n"
@@ -46,4 +47,4 @@ class KernelSpec:
 
     def describe(self) -> str:
         cfg = ", ".join(f"{k}={v}" for k, v in self.template_args)
-        return f"{self.family}[{cfg}] threads={self.threads} arch={self.arch}"
+        return f"{self.family}[{cfg}] threads={self.threads}x{self.min_blocks_per_sm}/SM arch={self.arch}"

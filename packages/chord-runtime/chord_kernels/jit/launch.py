@@ -37,7 +37,7 @@ def _launcher():
 _lock = threading.Lock()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load(spec: KernelSpec, device: int, max_dynamic_smem: int) -> LoadedKernel:
     path = compile_kernel(spec)
     fn, ctx = _launcher().load_kernel(path.read_bytes(), spec.symbol, device, max_dynamic_smem)

@@ -1,0 +1,161 @@
+// Indexed W4A16 MoE GEMM on tensor cores, operands swapped (the decode profile, sm_80+ MMA).
+//
+// out[r, :] = a[r / top_k, :] @ dequant(W[expert_ids[b]])^T for every route r in routing block b
+// (vLLM moe_align_block_size; contract as in w4a16_indexed_simple.cuh, same IndexedParams).
+//
+// Few tokens per expert make the problem weight-bandwidth bound, so the dequantized weights fill
+// MMA-M: each warp owns NT 16-row tiles of W and runs mma.m16n8k16 with the CTA's tokens as the
+// n8 side (TT tiles of 8 tokens). Weights stream global -> registers (one 16-byte load per lane
+// per 16x64 tile, the packed format's unit) PREFETCH k-blocks ahead; the gathered activation rows
+// stream through a cp.async ring in shared memory. Several small CTAs per SM keep enough bytes
+// in flight.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "common/mma_sm80.cuh"
+#include "common/w4a16_fragment.cuh"
+#include "indexed/indexed_params.cuh"
+
+namespace chord {
+
+template <int NT, int TT, int STAGE_K, int STAGES>
+struct IndexedMma {
+  static constexpr int kBlockK = 64;  // the indexed layout's BLOCK_K: one 16 B lane load per tile
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kRows = kWarps * NT * kTile;  // weight rows (output columns) per CTA
+  static constexpr int kTok = 8 * TT;                // routed rows per CTA
+  static constexpr int kBlocksPerStage = STAGE_K / kBlockK;
+  static constexpr int kPrefetch = kBlocksPerStage;  // register ring slot = k-block within stage
+  static constexpr int kActStride = STAGE_K + 8;     // +16 B: B-fragment reads hit 32 banks
+  static_assert(STAGE_K % kBlockK == 0, "STAGE_K must be a multiple of 64");
+
+  struct Smem {
+    __nv_bfloat16 act[STAGES][kTok][kActStride];
+    int32_t route[kTok];
+  };
+
+  __device__ static void run(const IndexedParams& p) {
+    __shared__ __align__(16) Smem sm;
+    const int block = blockIdx.y / p.ctas_per_block;
+    const int first = block * p.block_m + (blockIdx.y % p.ctas_per_block) * kTok;
+    if (block >= p.num_blocks || block * p.block_m >= __ldg(p.num_tokens_padded)) return;
+    const int expert = __ldg(p.expert_ids + block);
+    if (expert < 0 || expert >= p.num_experts) return;  // never read outside the weights
+    const int rows = min(min(kTok, (block + 1) * p.block_m - first), p.sorted_len - first);
+    if (rows <= 0) return;
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    if (tid < kTok) {
+      const int32_t r = tid < rows ? __ldg(p.sorted_ids + first + tid) : p.num_routes;
+      sm.route[tid] = (r >= 0 && r < p.num_routes) ? r : -1;
+    }
+    __syncthreads();
+
+    const int n_tiles = p.n / kTile;
+    const int k_blocks = p.k / kBlockK;
+    const int k_groups = p.k / kGroupSize;
+    const int num_stages = p.k / STAGE_K;
+    const int tile0 = blockIdx.x * (kRows / kTile) + warp * NT;  // this warp's first n-tile
+
+    // Gathered activations: stage s holds columns [s*STAGE_K, (s+1)*STAGE_K) of the CTA's rows.
+    auto load_stage = [&](int s) {
+      if (s < num_stages) {
+        constexpr int kChunksPerRow = STAGE_K / 8;
+        constexpr int kChunks = kTok * kChunksPerRow;  // 16-byte pieces in one stage
+#pragma unroll
+        for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i) {
+          const int c = tid + i * kThreads, row = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+          if (kChunks % kThreads != 0 && c >= kChunks) break;
+          const int route = sm.route[row];
+          const __nv_bfloat16* src = p.a + (route >= 0 ? (int64_t)(route / p.top_k) * p.lda : 0) +
+                                     (int64_t)s * STAGE_K + col;
+          cp_async_16(&sm.act[s % STAGES][row][col], src, route >= 0 ? 16 : 0);
+        }
+      }
+      cp_async_commit();  // always commit, so group counting stays uniform
+    };
+
+    // Weights and scales for k-block kb of this warp's tiles, prefetched into registers. Scales
+    // stay packed: .x = (group 0 row g, group 0 row g+8), .y = the same for group 1.
+    uint4 w_ring[kPrefetch][NT];
+    __nv_bfloat162 s_ring[kPrefetch][NT][2];
+    auto load_weights = [&](int kb, uint4 (&w)[NT], __nv_bfloat162 (&s)[NT][2]) {
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const int tile = min(tile0 + t, n_tiles - 1);  // clamp: tiles past N compute, never store
+        const int64_t word = ((((int64_t)expert * n_tiles + tile) * k_blocks + kb) * 32 + lane) * 4;
+        w[t] = ldg_stream_16(p.qweight + word);
+#pragma unroll
+        for (int grp = 0; grp < 2; ++grp) {
+          const __nv_bfloat16* srow =
+              p.scale + ((int64_t)expert * k_groups + kb * 2 + grp) * p.n + tile * kTile + lane / 4;
+          s[t][grp] = __halves2bfloat162(srow[0], srow[8]);
+        }
+      }
+    };
+
+    float acc[NT][TT][4] = {};
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) load_stage(s);
+#pragma unroll
+    for (int j = 0; j < kPrefetch; ++j) {
+      if (j < k_blocks) load_weights(j, w_ring[j], s_ring[j]);
+    }
+
+    for (int s = 0; s < num_stages; ++s) {
+      cp_async_wait<STAGES - 2>();
+      __syncthreads();  // stage s landed for everyone; stage s-1's slot is free to refill
+      load_stage(s + STAGES - 1);
+      const __nv_bfloat16(*act)[kActStride] = sm.act[s % STAGES];
+#pragma unroll
+      for (int j = 0; j < kBlocksPerStage; ++j) {
+        const int kb = s * kBlocksPerStage + j;
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt) {  // the four 16-wide k tiles of this block
+          const int kcol = j * kBlockK + kt * kTile + 2 * (lane % 4);
+          uint32_t b[TT][2];
+#pragma unroll
+          for (int tt = 0; tt < TT; ++tt) {
+            const __nv_bfloat16* brow = act[tt * 8 + lane / 4];
+            b[tt][0] = *reinterpret_cast<const uint32_t*>(brow + kcol);
+            b[tt][1] = *reinterpret_cast<const uint32_t*>(brow + kcol + 8);
+          }
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            const uint4& w = w_ring[j][t];
+            const uint32_t word = kt == 0 ? w.x : kt == 1 ? w.y : kt == 2 ? w.z : w.w;
+            const __nv_bfloat162 sc = s_ring[j][t][kt / 2];
+            uint32_t afrag[4];
+            dequantize_fragment(word, __low2bfloat162(sc), __high2bfloat162(sc), afrag);
+#pragma unroll
+            for (int tt = 0; tt < TT; ++tt) mma_m16n8k16_bf16(acc[t][tt], afrag, b[tt][0], b[tt][1]);
+          }
+        }
+        // Refill this slot only after its last use: kPrefetch - 1 blocks stay in flight meanwhile.
+        if (kb + kPrefetch < k_blocks) load_weights(kb + kPrefetch, w_ring[j], s_ring[j]);
+      }
+    }
+    cp_async_wait<0>();
+
+    // D fragment: d0,d1 = weight row g, tokens 2q, 2q+1; d2,d3 = row g+8 (q = lane % 4).
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const int tile = tile0 + t;
+      if (tile >= n_tiles) continue;
+      const int col = tile * kTile + lane / 4;
+#pragma unroll
+      for (int tt = 0; tt < TT; ++tt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int route = sm.route[tt * 8 + 2 * (lane % 4) + (i & 1)];
+          if (route >= 0) p.out[(int64_t)route * p.ldc + col + 8 * (i >> 1)] = __float2bfloat16_rn(acc[t][tt][i]);
+        }
+      }
+    }
+  }
+};
+
+}  // namespace chord

@@ -1,0 +1,22 @@
+"""Small indexed launches for compute-sanitizer (memcheck / racecheck) on the GPU machine:
+both kernel families, both activation-stage widths, a garbage routing tail."""
+
+import os
+
+import torch
+from chord_kernels import indexed, layouts, routing
+
+g = torch.Generator().manual_seed(0)
+for family in ("mma", "simple"):
+    os.environ["CHORD_W4A16_INDEXED_KERNEL"] = family
+    for e, n, k, tokens, top_k, block_m in ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)):
+        codes = torch.randint(0, 16, (e, n, k), generator=g, dtype=torch.uint8)
+        scale = (torch.rand(e, n, k // 32, generator=g) * 0.05).to(torch.bfloat16)
+        packed = layouts.pack_w4a16(codes, scale, "indexed").to("cuda")
+        a = torch.randn(tokens, k, generator=g).to(torch.bfloat16).to("cuda")
+        topk = torch.randint(0, e, (tokens, top_k), generator=g).to(torch.int32).to("cuda")
+        sorted_ids, expert_ids, ntp = routing.moe_align_block_size(topk, block_m, e)
+        sorted_ids[ntp.item():] = 10**6  # garbage tail: must never be read
+        out = indexed(a, packed, sorted_ids, expert_ids, ntp, top_k, block_m)
+        torch.cuda.synchronize()
+        print(f"sanitize case ok: {family} E={e} N={n} K={k} block_m={block_m}", tuple(out.shape))

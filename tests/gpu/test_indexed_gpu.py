@@ -1,0 +1,143 @@
+"""The indexed kernel on the GPU against the fp32 reference (the bar every kernel inherits).
+
+Relative Frobenius error <= 5e-3 at Kimi K, no NaN/Inf, bit-exact on exactly representable
+inputs, outputs poisoned first, routing tails filled with garbage, no host sync, graph capture.
+"""
+
+import pytest
+import torch
+from chord_kernels import indexed, layouts, reference, routing
+
+from .moe_problems import KIMI_SHAPES, align, make_problem, reference_fp32
+
+pytestmark = pytest.mark.gpu
+POISON = float("nan")
+
+
+@pytest.fixture(params=["mma", "simple"], autouse=True)
+def kernel_family(request, monkeypatch):
+    """Every test runs on each indexed kernel family (the simple one is the cross-check)."""
+    monkeypatch.setenv("CHORD_W4A16_INDEXED_KERNEL", request.param)
+    return request.param
+
+
+def run_indexed(problem, sorted_ids, expert_ids, ntp, block_m):
+    num_routes = problem.a.shape[0] * problem.top_k
+    out = torch.full((num_routes, problem.packed.n), POISON, dtype=torch.bfloat16, device="cuda")
+    indexed(problem.a, problem.packed, sorted_ids, expert_ids, ntp, problem.top_k, block_m, out)
+    torch.cuda.synchronize()
+    return out
+
+
+def check_against_reference(problem, out, sorted_ids, expert_ids, ntp, block_m, exact=False):
+    ids, ref = reference_fp32(problem, sorted_ids, expert_ids, ntp, block_m)
+    got = out[ids].float()
+    assert torch.isfinite(got).all(), "NaN/Inf (or an unwritten poisoned row) in routed rows"
+    if exact:
+        assert torch.equal(out[ids], ref.bfloat16()), "not bit-exact on exactly representable inputs"
+    elif ids.numel():  # (EP8 with one token may route nothing to this rank's experts)
+        rel = ((got - ref).norm() / ref.norm()).item()
+        assert rel <= 5e-3, f"relative Frobenius error {rel:.2e}"
+    # Rows of routes that were not listed (dropped by the expert map) must stay poisoned.
+    listed = torch.zeros(out.shape[0], dtype=torch.bool, device=out.device)
+    listed[ids] = True
+    assert torch.isnan(out[~listed].float()).all(), "a row that no route owns was written"
+
+
+@pytest.mark.parametrize("shape", list(KIMI_SHAPES))
+@pytest.mark.parametrize("tokens,skew", [(1, False), (8, False), (20, True), (64, False)])
+def test_kimi_shapes_random_routing(shape, tokens, skew):
+    problem = make_problem(shape, tokens, skew=skew, seed=tokens)
+    for block_m in (8, 16, 32, 64):
+        sorted_ids, expert_ids, ntp = align(problem, block_m)
+        out = run_indexed(problem, sorted_ids, expert_ids, ntp, block_m)
+        check_against_reference(problem, out, sorted_ids, expert_ids, ntp, block_m)
+
+
+@pytest.mark.parametrize("shape", ["ep8_down", "tp8_gate_up"])
+def test_bit_exact_on_representable_inputs(shape):
+    problem = make_problem(shape, 16, exact=True, seed=3)
+    sorted_ids, expert_ids, ntp = align(problem, 16)
+    out = run_indexed(problem, sorted_ids, expert_ids, ntp, 16)
+    check_against_reference(problem, out, sorted_ids, expert_ids, ntp, 16, exact=True)
+
+
+def test_empty_routing_writes_nothing():
+    problem = make_problem("tp8_down", 4, seed=5)
+    sorted_ids, expert_ids, ntp = align(problem, 16)
+    ntp.zero_()
+    out = run_indexed(problem, sorted_ids, expert_ids, ntp, 16)
+    assert torch.isnan(out.float()).all()
+
+
+def test_all_routes_on_one_expert_and_odd_block_size():
+    problem = make_problem("tp8_gate_up", 40, seed=6)
+    problem.topk_ids[:, 0] = 7  # every token routes to expert 7 (plus its other 7 choices)
+    for block_m in (1, 24, 48):
+        sorted_ids, expert_ids, ntp = align(problem, block_m)
+        out = run_indexed(problem, sorted_ids, expert_ids, ntp, block_m)
+        check_against_reference(problem, out, sorted_ids, expert_ids, ntp, block_m)
+
+
+def test_non_kimi_shapes_and_strided_input():
+    g = torch.Generator().manual_seed(9)
+    e, n, k = 6, 80, 384
+    codes = torch.randint(0, 16, (e, n, k), generator=g, dtype=torch.uint8)
+    scale = (torch.rand(e, n, k // 32, generator=g) * 0.05 + 1e-3).to(torch.bfloat16)
+    packed = layouts.pack_w4a16(codes, scale, "indexed").to("cuda")
+    big = torch.randn(13, k + 64, generator=g).to(torch.bfloat16).to("cuda")
+    a = big[:, 32:32 + k]  # row stride != K
+    topk = torch.randint(0, e, (13, 2), generator=g).to(torch.int32).to("cuda")
+    sorted_ids, expert_ids, ntp = routing.moe_align_block_size(topk, 8, e)
+    out = indexed(a, packed, sorted_ids, expert_ids, ntp, 2, 8)
+    ref = reference.moe_indexed_reference(a.cpu(), reference.dequantize_w4a16(packed.to("cpu")),
+                                          sorted_ids.cpu(), expert_ids.cpu(), ntp.cpu(), 2, 8)
+    torch.testing.assert_close(out.cpu().float(), ref.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_no_host_sync_and_deterministic():
+    problem = make_problem("ep8_gate_up", 20, skew=True, seed=11)
+    sorted_ids, expert_ids, ntp = align(problem, 16)
+    first = run_indexed(problem, sorted_ids, expert_ids, ntp, 16)  # compiles and loads outside the check
+    out = torch.empty_like(first)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        s2, e2, n2 = routing.moe_align_block_size(problem.topk_ids, 16, 384, problem.expert_map)
+        indexed(problem.a, problem.packed, s2, e2, n2, problem.top_k, 16, out)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    ids = sorted_ids[: ntp.item()]
+    ids = ids[ids < out.shape[0]].long()
+    assert torch.equal(out[ids], first[ids])
+
+
+def test_cuda_graph_capture_with_routing_changed_between_replays():
+    block_m = 16
+    problem = make_problem("tp8_gate_up", 24, seed=12)
+    s, e, n = align(problem, block_m, garbage_tail=False)
+    static = [t.clone() for t in (s, e, n)]
+    out = torch.full((24 * 8, problem.packed.n), POISON, dtype=torch.bfloat16, device="cuda")
+    indexed(problem.a, problem.packed, *static, problem.top_k, block_m, out)  # warm up: compile + load
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        indexed(problem.a, problem.packed, *static, problem.top_k, block_m, out)
+    for seed in (13, 14, 15):
+        other = make_problem("tp8_gate_up", 24, skew=True, seed=seed)
+        problem.topk_ids.copy_(other.topk_ids)
+        s, e, n = align(problem, block_m, seed=seed)
+        for dst, src in zip(static, (s, e, n), strict=True):
+            dst.copy_(src)
+        out.fill_(POISON)
+        graph.replay()
+        torch.cuda.synchronize()
+        check_against_reference(problem, out, s, e, n, block_m)
+
+
+def test_wrong_mode_is_an_error():
+    problem = make_problem("tp8_down", 2, seed=1)
+    codes, scale = layouts.unpack_w4a16(problem.packed.to("cpu"))
+    wrong = layouts.pack_w4a16(codes, scale, "contiguous").to("cuda")
+    s, e, n = align(problem, 16)
+    with pytest.raises(ValueError, match="packed for mode 'contiguous'"):
+        indexed(problem.a, wrong, s, e, n, problem.top_k, 16)

@@ -1,0 +1,66 @@
+"""Dispatch as pure functions: which kernel each problem gets, overrides, printing, device checks."""
+
+import pytest
+import torch
+from chord_kernels import device, dispatch
+from chord_kernels.dispatch import IndexedProblem
+
+
+@pytest.mark.parametrize(
+    "n,k,block_m,want",
+    [
+        (4096, 7168, 8, {"NT": 2, "TT": 1, "STAGE_K": 256}),  # EP8 gate_up decode
+        (7168, 2048, 16, {"NT": 2, "TT": 2, "STAGE_K": 256}),  # EP8 down
+        (512, 7168, 16, {"NT": 1, "TT": 2, "STAGE_K": 256}),  # TP8 gate_up: narrow N, more CTAs
+        (7168, 256, 64, {"NT": 2, "TT": 4, "STAGE_K": 256}),  # TP8 down, block_m above 32
+        (160, 320, 5, {"NT": 1, "TT": 1, "STAGE_K": 64}),  # not Kimi: K only a multiple of 64
+    ],
+)
+def test_indexed_choice(n, k, block_m, want):
+    launch = dispatch.select_indexed(IndexedProblem(n, k, 8, 8, block_m))
+    assert launch.spec.family == "indexed_mma"
+    assert {key: launch.spec.config[key] for key in want} == want
+    assert launch.rows_per_cta == 8 * want["TT"] and launch.cols_per_cta == 64 * want["NT"]
+    assert launch.ctas_per_block(IndexedProblem(n, k, 8, 8, block_m)) == -(-block_m // launch.rows_per_cta)
+
+
+def test_grid_covers_n_and_every_routing_block():
+    problem = IndexedProblem(n=4096, k=7168, num_experts=48, top_k=8, block_m=64)
+    launch = dispatch.select_indexed(problem)
+    assert launch.grid(problem, num_blocks=10) == (4096 // 128, 10 * 2, 1)
+
+
+def test_family_override_and_bad_value():
+    problem = IndexedProblem(512, 7168, 8, 8, 16)
+    assert dispatch.select_indexed(problem, family="simple").spec.family == "indexed_simple"
+    with pytest.raises(ValueError, match="CHORD_W4A16_INDEXED_KERNEL='fast'"):
+        dispatch.select_indexed(problem, family="fast")
+
+
+def test_print_configs_reports_each_choice_once(monkeypatch, capsys):
+    monkeypatch.setenv("CHORD_PRINT_CONFIGS", "1")
+    problem = IndexedProblem(1024, 2048, 5, 3, 24)
+    dispatch.select_indexed(problem)
+    dispatch.select_indexed(problem)
+    err = capsys.readouterr().err
+    assert err.count("[chord] IndexedProblem(n=1024, k=2048") == 1 and "indexed_mma[NT=1, TT=3" in err
+
+
+def test_profiles_cover_the_heuristic():
+    from chord_kernels.profiles import all_default_specs, profile_specs
+
+    reachable = {s.symbol for s in all_default_specs()}
+    for name in ("h200_ep8", "h200_tp8"):
+        assert {s.symbol for s in profile_specs(name)} <= reachable
+    symbols = {s.symbol for s in all_default_specs()}
+    assert {"chord_indexed_mma_NT2_TT4_STAGE_K64_STAGES3", "chord_indexed_mma_NT1_TT1_STAGE_K256_STAGES3",
+            "chord_indexed_simple_BLOCK_K64"} <= symbols
+
+
+def test_non_sm90_gpu_is_a_clear_error(monkeypatch):
+    device.kernel_arch.cache_clear()
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "NVIDIA A100")
+    with pytest.raises(device.UnsupportedDeviceError, match="A100 .compute capability 8.0.*no fallback"):
+        device.kernel_arch(0)
+    device.kernel_arch.cache_clear()
