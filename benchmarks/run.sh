@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Chord vs humming-kernels 0.1.19, side by side on one GPU: the one command for the lent H200
+# (python3 3.12, torch 2.11, triton 3.6, nvcc 13.0 on the image; no network).
+#
+#   bash benchmarks/run.sh [--quick] [--only chord|humming] [--scenarios ep8,tp8] [-- extra bench args]
+#
+# --quick      T in 1, 20, 128, 2048 (uniform) + skew at 128, instead of the full grid
+# --only SIDE  run one side; the report then reuses the other side's JSON from an earlier run on
+#              this (warm) machine if there is one ($BENCH_WORK/results)
+# -- ARGS      passed to both bench_chord and bench_humming (e.g. -- --tokens 128 --rep-ms 100,
+#              or -- --levels 15 for Kimi-like codes without -8, which changes Humming's kernel)
+#
+# Needs the carried wheels in .whl/ (humming_kernels-0.1.19 + packaging; .whl/ is git-ignored,
+# so the device call must carry it). Logs, JSON, markdown and plots are copied to $OUT.
+# Environment: CHORD_COMMIT (commit label when .git is absent), CHORD_BUDGET_S / HUMMING_BUDGET_S
+# (wall budget of each side, default 140 / 180 s), BENCH_WORK (default /tmp/chord-bench),
+# HUMMING_SITE (default /tmp/humming_site).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+QUICK=""; ONLY=""; SCENARIOS="ep8,tp8"; EXTRA=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --quick) QUICK=--quick ;;
+    --only) ONLY="$2"; shift ;;
+    --scenarios) SCENARIOS="$2"; shift ;;
+    --) shift; EXTRA=("$@"); break ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+case "$ONLY" in ""|chord|humming) ;; *) echo "--only takes chord or humming" >&2; exit 2 ;; esac
+
+OUT=${OUT:-.out/bench}; mkdir -p "$OUT"
+WORK=${BENCH_WORK:-/tmp/chord-bench}; ROUTING=$WORK/routing; RES=$WORK/results; mkdir -p "$RES"
+HSITE=${HUMMING_SITE:-/tmp/humming_site}
+export CHORD_CACHE_DIR=${CHORD_CACHE_DIR:-/tmp/chord-jit} PYTHONUNBUFFERED=1
+if [[ -n "${CHORD_COMMIT:-}" ]]; then COMMIT=$CHORD_COMMIT
+elif COMMIT=$(git rev-parse --short HEAD 2>/dev/null); then
+  [[ -z "$(git status --porcelain 2>/dev/null)" ]] || COMMIT="$COMMIT-dirty"  # untracked files count
+else COMMIT=unknown; fi
+CHORD_BUDGET_S=${CHORD_BUDGET_S:-140}; HUMMING_BUDGET_S=${HUMMING_BUDGET_S:-180}
+log() { echo "== $(date +%T) (+$((SECONDS))s) $*"; }
+
+log "GPU"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,driver_version,power.limit --format=csv \
+  | tee "$OUT/gpu.txt"
+
+if [[ "$ONLY" != humming ]]; then
+  log "install chord-runtime (editable, no deps)"
+  python3 -m pip install -q --no-build-isolation --no-deps -e packages/chord-runtime 2>&1 | tail -3
+  log "precompile Chord's default profiles"
+  python3 -m chord_kernels.cli precompile -q 2>&1 | tail -3 \
+    || echo "precompile failed; kernels will compile on first use (outside the timing)"
+fi
+if [[ "$ONLY" != chord ]]; then
+  log "install humming-kernels into $HSITE (its own folder, never next to Chord's humming-compat)"
+  ls .whl/*.whl >/dev/null 2>&1 || { echo "no wheels in .whl/ (carry .whl)" >&2; exit 3; }
+  python3 -m pip install -q --no-index --no-deps --upgrade --target "$HSITE" .whl/*.whl 2>&1 | tail -3
+fi
+
+log "ceilings"
+python3 -m benchmarks.ceilings --out "$OUT/ceilings.json" 2>&1 | tee "$OUT/ceilings.log"
+[[ -s "$OUT/ceilings.json" ]] || echo "WARNING: no ceilings measured; the report will fail (rerun it by hand)"
+
+log "routing"
+python3 -m benchmarks.make_routing --dir "$ROUTING" --scenarios "$SCENARIOS" $QUICK > "$OUT/routing.log" 2>&1 \
+  || { cat "$OUT/routing.log"; exit 4; }
+cp "$ROUTING/manifest.json" "$OUT/routing_manifest.json"
+
+BENCH_ARGS=(--routing-dir "$ROUTING" --scenarios "$SCENARIOS" $QUICK "${EXTRA[@]}")
+if [[ "$ONLY" != humming ]]; then
+  log "Chord (budget ${CHORD_BUDGET_S}s)"
+  timeout -k 10 $((CHORD_BUDGET_S + 60)) python3 -m benchmarks.bench_chord "${BENCH_ARGS[@]}" \
+    --out "$RES/chord.json" --budget-s "$CHORD_BUDGET_S" > "$OUT/chord.log" 2>&1
+  echo "bench_chord exit=$?"; grep -E "ERROR|check=(fail|nan)|Error|done in" "$OUT/chord.log" | head -20
+fi
+if [[ "$ONLY" != chord ]]; then
+  log "Humming (separate process, PYTHONPATH=$HSITE; budget ${HUMMING_BUDGET_S}s)"
+  PYTHONPATH="$HSITE" HUMMING_SITE="$HSITE" timeout -k 10 $((HUMMING_BUDGET_S + 60)) \
+    python3 -m benchmarks.bench_humming "${BENCH_ARGS[@]}" \
+    --out "$RES/humming.json" --budget-s "$HUMMING_BUDGET_S" > "$OUT/humming.log" 2>&1
+  echo "bench_humming exit=$?"; grep -E "ERROR|check=(fail|nan)|Error|done in" "$OUT/humming.log" | head -20
+fi
+cp "$RES"/*.json "$OUT/" 2>/dev/null
+
+log "report (commit $COMMIT)"
+python3 -m benchmarks.report --ceilings "$OUT/ceilings.json" --chord "$RES/chord.json" \
+  --humming "$RES/humming.json" --commit "$COMMIT" --copy-to "$OUT" > "$OUT/report.md" 2>"$OUT/report.err"
+echo "report exit=$?"; tail -5 "$OUT/report.err"
+sed '/<details>/q' "$OUT/report.md" | grep -E "^Targets met|^\| " | cut -c1-240 | head -40
+log "done; outputs in $OUT"
