@@ -20,29 +20,22 @@ import torch
 from . import common
 from . import scenarios as S
 
-DEFAULT_BLOCK_M = 16
-
 
 def chord_block_m(problem: dict[str, Any]) -> int:
-    """The routing block size (``moe_align_block_size``'s block_size) Chord is benchmarked with.
+    """The routing block size (``moe_align_block_size``'s block_size) Chord is benchmarked with:
+    what Chord's dispatch asks the framework for (``dispatch.indexed_block_m``, by routed rows
+    per expert), or ``CHORD_BENCH_BLOCK_M`` (an int) for experiments.
 
     ``problem``: ``n``, ``k``, ``num_experts`` (local), ``top_k`` (8 gate_up, 1 down),
     ``num_routes`` (topk_ids.numel()) and ``valid_shape_m`` (vLLM's estimate of the routes this
     GPU computes, what Humming's table is indexed by).
-
-    Order: ``CHORD_BENCH_BLOCK_M`` (an int, for experiments), then
-    ``chord_kernels.dispatch.indexed_block_m(**problem)`` when dispatch provides one, else 16.
-    This is the one place to change when the dispatch starts choosing block sizes.
     """
     env = os.environ.get("CHORD_BENCH_BLOCK_M")
     if env:
         return int(env)
     from chord_kernels import dispatch
 
-    choose = getattr(dispatch, "indexed_block_m", None)
-    if callable(choose):
-        return int(choose(**problem))
-    return DEFAULT_BLOCK_M
+    return dispatch.indexed_block_m(problem["valid_shape_m"], problem["num_experts"])
 
 
 def chord_config(n: int, k: int, num_experts: int, top_k: int, block_m: int, device: torch.device) -> str:

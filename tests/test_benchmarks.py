@@ -348,6 +348,8 @@ def _run(backend, tiny, name, **kw):
 
 
 def test_chord_side_end_to_end_on_cpu(tiny):
+    from chord_kernels import dispatch
+
     from benchmarks.bench_chord import ChordBackend
 
     data = _run(ChordBackend(), tiny, "chord")
@@ -357,8 +359,8 @@ def test_chord_side_end_to_end_on_cpu(tiny):
     for rec in pts:
         assert rec["status"] == "ok", rec
         assert rec["check"] == "ok" and rec["rel_err"] <= common.REL_ERR_TOL
-        assert rec["us"] == 12.5 and rec["block_m"] == 16
         meta = common.load_routing(tiny["routing"], S.Point(rec["scenario"], rec["dist"], rec["tokens"]))["meta"]
+        assert rec["us"] == 12.5 and rec["block_m"] == dispatch.indexed_block_m(rec["valid_shape_m"], rec["num_experts"])
         assert rec["rows"] == meta["routes_kept"] and rec["experts_touched"] == meta["experts_touched"]
         assert rec["rows_in"] == (meta["tokens_touched"] if rec["proj"] == "gate_up" else meta["routes_kept"])
         assert rec["weights_digest"] and rec["routing_digest"] == meta["digest"]
@@ -547,18 +549,14 @@ def test_report_keeps_one_path():
     assert all(r["sides"]["chord"] is None and r["sides"]["humming"] for r in rows)
 
 
-def test_chord_block_m_hook(monkeypatch):
+def test_chord_block_m_follows_dispatch(monkeypatch):
     from chord_kernels import dispatch
 
     from benchmarks import bench_chord
 
     problem = {"n": 4096, "k": 7168, "num_experts": 48, "top_k": 8, "num_routes": 1280, "valid_shape_m": 160}
     monkeypatch.delenv("CHORD_BENCH_BLOCK_M", raising=False)
-    if not hasattr(dispatch, "indexed_block_m"):
-        assert bench_chord.chord_block_m(problem) == bench_chord.DEFAULT_BLOCK_M
-    monkeypatch.setattr(dispatch, "indexed_block_m", lambda **p: 8 if p["valid_shape_m"] < 200 else 64,
-                        raising=False)
-    assert bench_chord.chord_block_m(problem) == 8
+    assert bench_chord.chord_block_m(problem) == dispatch.indexed_block_m(160, 48) == 8
     monkeypatch.setenv("CHORD_BENCH_BLOCK_M", "32")
     assert bench_chord.chord_block_m(problem) == 32
 

@@ -12,7 +12,8 @@ from chord_kernels.dispatch import IndexedProblem
         (4096, 7168, 8, {"NT": 2, "TT": 1, "STAGE_K": 256}),  # EP8 gate_up decode
         (7168, 2048, 16, {"NT": 2, "TT": 2, "STAGE_K": 256}),  # EP8 down
         (512, 7168, 16, {"NT": 1, "TT": 2, "STAGE_K": 256}),  # TP8 gate_up: narrow N, more CTAs
-        (7168, 256, 64, {"NT": 2, "TT": 4, "STAGE_K": 256}),  # TP8 down, block_m above 32
+        (7168, 256, 64, {"NT": 2, "TT": 8, "STAGE_K": 256}),  # TP8 down, mid batch
+        (7168, 256, 128, {"NT": 2, "TT": 8, "STAGE_K": 256}),  # blocks above 64 rows: 2 CTAs each
         (160, 320, 5, {"NT": 1, "TT": 1, "STAGE_K": 64}),  # not Kimi: K only a multiple of 64
     ],
 )
@@ -27,7 +28,20 @@ def test_indexed_choice(n, k, block_m, want):
 def test_grid_covers_n_and_every_routing_block():
     problem = IndexedProblem(n=4096, k=7168, num_experts=48, top_k=8, block_m=64)
     launch = dispatch.select_indexed(problem)
-    assert launch.grid(problem, num_blocks=10) == (4096 // 128, 10 * 2, 1)
+    assert launch.grid(problem, num_blocks=10) == (4096 // 128, 10, 1)
+    big = IndexedProblem(n=4096, k=7168, num_experts=48, top_k=8, block_m=128)
+    assert dispatch.select_indexed(big).grid(big, num_blocks=10) == (4096 // 128, 10 * 2, 1)
+
+
+@pytest.mark.parametrize("valid_shape_m,experts,want", [(1, 48, 8), (400, 48, 16), (1500, 48, 32),
+                                                         (3072, 48, 64), (10**6, 48, 64), (0, 384, 8)])
+def test_block_m_follows_rows_per_expert(valid_shape_m, experts, want):
+    assert dispatch.indexed_block_m(valid_shape_m, experts) == want
+
+
+def test_smem_bytes_mirror_the_kernel_struct():
+    launch = dispatch.indexed_mma(nt=1, tt=8, stage_k=256, stages=3)
+    assert launch.smem_bytes == 3 * 64 * (256 + 8) * 2 + 64 * 4  # checked on the device by a trap
 
 
 def test_family_override_and_bad_value():

@@ -38,4 +38,11 @@ __device__ __forceinline__ uint4 ldg_stream_16(const void* p) {
   return v;
 }
 
+// Bytes of dynamic shared memory this launch was given.
+__device__ __forceinline__ uint32_t dynamic_smem_bytes() {
+  uint32_t v;
+  asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(v));
+  return v;
+}
+
 }  // namespace chord

@@ -32,13 +32,17 @@ struct IndexedMma {
   static constexpr int kActStride = STAGE_K + 8;     // +16 B: B-fragment reads hit 32 banks
   static_assert(STAGE_K % kBlockK == 0, "STAGE_K must be a multiple of 64");
 
+  // Dynamic shared memory (up to 100 KB at 64 tokens): the host passes
+  // chord_kernels.dispatch.IndexedLaunch.smem_bytes, which mirrors sizeof(Smem).
   struct Smem {
     __nv_bfloat16 act[STAGES][kTok][kActStride];
     int32_t route[kTok];
   };
 
   __device__ static void run(const IndexedParams& p) {
-    __shared__ __align__(16) Smem sm;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
+    if (dynamic_smem_bytes() < sizeof(Smem)) __trap();  // host and device disagree: fail loudly
     const int block = blockIdx.y / p.ctas_per_block;
     const int first = block * p.block_m + (blockIdx.y % p.ctas_per_block) * kTok;
     if (block >= p.num_blocks || block * p.block_m >= __ldg(p.num_tokens_padded)) return;

@@ -16,6 +16,20 @@ from .jit.kernel import DEFAULT_ARCH, KernelSpec
 from .layouts import BLOCK_K_BY_MODE
 
 INDEXED_FAMILIES = ("mma", "simple")
+MAX_TOKEN_TILES = 8  # n8 token tiles per CTA in the mma kernel (64 routed rows)
+BLOCK_M_CHOICES = (8, 16, 32, 64)
+
+
+def indexed_block_m(valid_shape_m: int, num_experts: int) -> int:
+    """The routing block size (moe_align_block_size's block_size) Chord asks the framework for.
+
+    Decided by routed rows per expert ``tok_e = valid_shape_m / num_experts`` (vLLM's estimate of
+    the rows this GPU computes), not total tokens: the smallest block that holds a typical
+    expert's rows, so padding stays small at decode and one CTA's dequantized weights serve the
+    whole block at mid batch. Above 64 rows per expert the block stays 64.
+    """
+    tok_e = max(valid_shape_m, 1) / max(num_experts, 1)
+    return next((b for b in BLOCK_M_CHOICES if tok_e <= b), BLOCK_M_CHOICES[-1])
 
 
 @dataclass(frozen=True)
@@ -32,6 +46,7 @@ class IndexedLaunch:
     spec: KernelSpec
     rows_per_cta: int  # routed rows (tokens) one CTA covers
     cols_per_cta: int  # output columns (weight rows) one CTA covers
+    smem_bytes: int = 0  # dynamic shared memory per CTA
 
     def ctas_per_block(self, problem: IndexedProblem) -> int:
         return -(-problem.block_m // self.rows_per_cta)
@@ -55,21 +70,25 @@ def indexed_mma(nt: int, tt: int, stage_k: int, stages: int = 3, ctas_per_sm: in
                       body="chord::IndexedMma", params_type="chord::IndexedParams",
                       template_args=(("NT", nt), ("TT", tt), ("STAGE_K", stage_k), ("STAGES", stages)),
                       threads=128, min_blocks_per_sm=ctas_per_sm, arch=arch)
-    return IndexedLaunch(spec, rows_per_cta=8 * tt, cols_per_cta=4 * nt * 16)
+    tokens = 8 * tt
+    # IndexedMma::Smem: activation ring [STAGES][tokens][STAGE_K + 8] bf16, then tokens int32 routes.
+    smem = stages * tokens * (stage_k + 8) * 2 + tokens * 4
+    return IndexedLaunch(spec, rows_per_cta=tokens, cols_per_cta=4 * nt * 16, smem_bytes=smem)
 
 
 def choose_indexed_mma(problem: IndexedProblem, arch: str = DEFAULT_ARCH) -> IndexedLaunch:
-    # Tokens: cover the routing block in one CTA up to 32 rows (4 n8 tiles); bigger blocks are
-    # split over several CTAs, each re-streaming the expert's weights (prefill belongs to WGMMA).
-    tt = min(4, max(1, -(-problem.block_m // 8)))
+    # Tokens: cover the routing block in one CTA up to 64 rows (8 n8 tiles), so each dequantized
+    # weight serves the whole block; bigger blocks are split over several CTAs, each re-streaming
+    # the expert's weights (large prefill belongs to a WGMMA kernel).
+    tt = min(MAX_TOKEN_TILES, max(1, -(-problem.block_m // 8)))
     # Weight rows per warp: two 16-row tiles halve the activation re-reads per weight byte, one
     # tile doubles the CTA count for narrow N (TP8 gate_up, N=512).
     nt = 2 if problem.n >= 2048 else 1
     # Activation stage: 256 columns when K allows it (fewer barriers), else one 64-wide block.
     stage_k = 256 if problem.k % 256 == 0 else 64
-    # 4 CTAs/SM (a 128-register cap) hide each CTA's load->dequant->MMA latency; the largest
-    # tile needs more registers than that, so it runs 3 per SM instead of spilling.
-    ctas_per_sm = 4 if nt * tt <= 6 else 3
+    # 4 CTAs/SM (a 128-register cap) hide each CTA's load->dequant->MMA latency; larger tiles
+    # need more accumulator registers, so they run 3 or 2 per SM instead of spilling.
+    ctas_per_sm = 4 if nt * tt <= 6 else 3 if nt * tt <= 8 else 2
     return indexed_mma(nt, tt, stage_k, ctas_per_sm=ctas_per_sm, arch=arch)
 
 
@@ -88,7 +107,7 @@ def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: st
 def indexed_profile_launches(n: int, k: int, arch: str = DEFAULT_ARCH) -> list[IndexedLaunch]:
     """Every launch the heuristic can pick for a projection shape (block_m 1..32 and larger)."""
     seen: dict[str, IndexedLaunch] = {}
-    for block_m in (8, 16, 24, 32, 64):
+    for block_m in (8, 16, 24, 32, 40, 48, 56, 64):
         launch = choose_indexed_mma(IndexedProblem(n, k, 1, 1, block_m), arch)
         seen.setdefault(launch.spec.symbol, launch)
     return list(seen.values())

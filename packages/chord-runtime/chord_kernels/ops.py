@@ -62,7 +62,7 @@ def _indexed_plan(a_shape, a_stride, a_dtype, a_device, w_shape, block_k, sorted
     problem = IndexedProblem(n=n, k=k, num_experts=e, top_k=top_k, block_m=block_m)
     device_index = a_device.index if a_device.index is not None else torch.cuda.current_device()
     launch = select_indexed(problem, kernel_arch(device_index), family)
-    kernel = load_kernel(launch.spec, device_index)
+    kernel = load_kernel(launch.spec, device_index, launch.smem_bytes)
     grid = launch.grid(problem, expert_numel)
     return problem, launch, kernel, grid, launch.ctas_per_block(problem)
 
@@ -108,7 +108,7 @@ def indexed(a: torch.Tensor, packed: PackedW4A16, sorted_ids: torch.Tensor, expe
 
 def _launch(kernel, launch: IndexedLaunch, grid, params: bytes) -> None:
     stream = torch.cuda.current_stream().cuda_stream
-    kernel.launch(grid, (launch.spec.threads, 1, 1), 0, stream, params)
+    kernel.launch(grid, (launch.spec.threads, 1, 1), launch.smem_bytes, stream, params)
 
 
 def contiguous(a: torch.Tensor, packed: PackedW4A16, m_indices: torch.Tensor) -> torch.Tensor:
