@@ -1,0 +1,45 @@
+"""One indexed call per case, for Nsight Compute: python scripts/profile_indexed.py [case ...]
+
+Cases are Kimi EP8 shapes at a decode and a mid-batch point (routing as in the benchmark:
+8·T tokens top-8 over 384 experts, the 48 local ones kept). Run under
+  ncu --clock-control none -k regex:chord_indexed --section SpeedOfLight ... python3 scripts/profile_indexed.py
+"""
+
+import sys
+
+import torch
+
+from chord_kernels import dispatch, indexed, layouts, routing
+
+CASES = {  # name: (N, K, top_k as the kernel sees it, T)
+    "ep8_gate_up_T8": (4096, 7168, 8, 8),
+    "ep8_gate_up_T512": (4096, 7168, 8, 512),
+    "ep8_down_T8": (7168, 2048, 1, 8),
+}
+
+
+def run(name: str) -> None:
+    n, k, top_k, t = CASES[name]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    codes = torch.randint(0, 16, (48, n, k), generator=g, device="cuda", dtype=torch.uint8)
+    scale = (torch.rand(48, n, k // 32, generator=g, device="cuda") * 0.02 + 1e-3).to(torch.bfloat16)
+    packed = layouts.pack_w4a16(codes, scale, "indexed")
+    del codes
+    tokens = 8 * t
+    topk = torch.rand(tokens, 384, generator=g, device="cuda").topk(8).indices.to(torch.int32)
+    expert_map = torch.full((384,), -1, dtype=torch.int32, device="cuda")
+    expert_map[:48] = torch.arange(48, dtype=torch.int32, device="cuda")
+    m = tokens if top_k == 8 else tokens * 8
+    a = torch.randn(m, k, generator=g, device="cuda").to(torch.bfloat16)
+    block_m = dispatch.indexed_block_m(-(-tokens * 8 * 48 // 384), 48)
+    sorted_ids, expert_ids, ntp = routing.moe_align_block_size(topk, block_m, 384, expert_map)
+    out = indexed(a, packed, sorted_ids, expert_ids, ntp, top_k, block_m)  # compile + load
+    torch.cuda.synchronize()
+    indexed(a, packed, sorted_ids, expert_ids, ntp, top_k, block_m, out)
+    torch.cuda.synchronize()
+    print(name, "block_m", block_m, "done")
+
+
+if __name__ == "__main__":
+    for case in sys.argv[1:] or list(CASES):
+        run(case)
