@@ -12,8 +12,8 @@ from chord_kernels.dispatch import IndexedProblem
         (4096, 7168, 8, {"NT": 2, "TT": 1, "STAGE_K": 256}),  # EP8 gate_up decode
         (7168, 2048, 16, {"NT": 2, "TT": 2, "STAGE_K": 256}),  # EP8 down
         (512, 7168, 16, {"NT": 1, "TT": 2, "STAGE_K": 256}),  # TP8 gate_up: narrow N, more CTAs
-        (7168, 256, 64, {"NT": 2, "TT": 8, "STAGE_K": 256}),  # TP8 down, mid batch
-        (7168, 256, 128, {"NT": 2, "TT": 8, "STAGE_K": 256}),  # blocks above 64 rows: 2 CTAs each
+        (7168, 256, 64, {"NT": 2, "TT": 8, "STAGE_K": 128}),  # TP8 down, mid batch: narrower stages
+        (7168, 256, 128, {"NT": 2, "TT": 8, "STAGE_K": 128}),  # blocks above 64 rows: 2 CTAs each
         (160, 320, 5, {"NT": 1, "TT": 1, "STAGE_K": 64}),  # not Kimi: K only a multiple of 64
     ],
 )
@@ -40,8 +40,12 @@ def test_block_m_follows_rows_per_expert(valid_shape_m, experts, want):
 
 
 def test_smem_bytes_mirror_the_kernel_struct():
+    # IndexedMma::Smem = STAGES x (weights [4 blocks][4 warps][NT][32 lanes] x 16 B, scales
+    # [8 groups][64*NT rows] bf16, activations [64 tokens][256+8] bf16) + 64 int32 routes.
     launch = dispatch.indexed_mma(nt=1, tt=8, stage_k=256, stages=3)
-    assert launch.smem_bytes == 3 * 64 * (256 + 8) * 2 + 64 * 4  # checked on the device by a trap
+    assert launch.smem_bytes == 3 * (4 * 4 * 1 * 32 * 16 + 8 * 64 * 2 + 64 * 264 * 2) + 64 * 4
+    # The kernel checks it on the device (a trap); the host derives CTAs per SM from it.
+    assert launch.spec.min_blocks_per_sm == 227 * 1024 // (launch.smem_bytes + 1024)
 
 
 def test_family_override_and_bad_value():

@@ -5,10 +5,10 @@
 //
 // Few tokens per expert make the problem weight-bandwidth bound, so the dequantized weights fill
 // MMA-M: each warp owns NT 16-row tiles of W and runs mma.m16n8k16 with the CTA's tokens as the
-// n8 side (TT tiles of 8 tokens). Weights stream global -> registers (one 16-byte load per lane
-// per 16x64 tile, the packed format's unit) PREFETCH k-blocks ahead; the gathered activation rows
-// stream through a cp.async ring in shared memory. Several small CTAs per SM keep enough bytes
-// in flight.
+// n8 side (TT tiles of 8 tokens). Weights (one 16-byte chunk per lane per 16x64 tile, the packed
+// format's unit), the CTA's scales and the gathered activation rows all stream through one
+// cp.async ring in shared memory, STAGES-1 stages ahead of the MMAs; several CTAs per SM keep
+// enough bytes in flight to cover HBM latency.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -28,13 +28,18 @@ struct IndexedMma {
   static constexpr int kRows = kWarps * NT * kTile;  // weight rows (output columns) per CTA
   static constexpr int kTok = 8 * TT;                // routed rows per CTA
   static constexpr int kBlocksPerStage = STAGE_K / kBlockK;
-  static constexpr int kPrefetch = kBlocksPerStage;  // register ring slot = k-block within stage
-  static constexpr int kActStride = STAGE_K + 8;     // +16 B: B-fragment reads hit 32 banks
+  static constexpr int kGroupsPerStage = STAGE_K / kGroupSize;
+  static constexpr int kActStride = STAGE_K + 8;  // +16 B: B-fragment reads hit 32 banks
   static_assert(STAGE_K % kBlockK == 0, "STAGE_K must be a multiple of 64");
 
-  // Dynamic shared memory (up to 100 KB at 64 tokens): the host passes
-  // chord_kernels.dispatch.IndexedLaunch.smem_bytes, which mirrors sizeof(Smem).
+  // One ring of STAGES stages in dynamic shared memory (the host passes
+  // chord_kernels.dispatch.IndexedLaunch.smem_bytes, which mirrors sizeof(Smem)). A stage holds
+  // STAGE_K columns of everything the CTA reads: each lane's 16-byte weight fragments, the
+  // scales of the CTA's rows, and the gathered activation rows. All of it moves by cp.async, so
+  // STAGES-1 stages of weights (tens of KB per SM) are in flight while one is computed.
   struct Smem {
+    uint4 w[STAGES][kBlocksPerStage][kWarps][NT][32];
+    __nv_bfloat16 scale[STAGES][kGroupsPerStage][kRows];
     __nv_bfloat16 act[STAGES][kTok][kActStride];
     int32_t route[kTok];
   };
@@ -62,61 +67,61 @@ struct IndexedMma {
     const int k_blocks = p.k / kBlockK;
     const int k_groups = p.k / kGroupSize;
     const int num_stages = p.k / STAGE_K;
-    const int tile0 = blockIdx.x * (kRows / kTile) + warp * NT;  // this warp's first n-tile
+    const int row0 = blockIdx.x * kRows;                        // first weight row of the CTA
+    const int tile0 = row0 / kTile + warp * NT;                 // this warp's first n-tile
 
-    // Gathered activations: stage s holds columns [s*STAGE_K, (s+1)*STAGE_K) of the CTA's rows.
     auto load_stage = [&](int s) {
       if (s < num_stages) {
-        constexpr int kChunksPerRow = STAGE_K / 8;
-        constexpr int kChunks = kTok * kChunksPerRow;  // 16-byte pieces in one stage
+        const int slot = s % STAGES;
+        // Weights: each lane fetches (and later reads back) its own 16-byte fragment chunks.
 #pragma unroll
-        for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i) {
-          const int c = tid + i * kThreads, row = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
-          if (kChunks % kThreads != 0 && c >= kChunks) break;
+        for (int j = 0; j < kBlocksPerStage; ++j) {
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            const int tile = min(tile0 + t, n_tiles - 1);  // clamp: tiles past N compute, never store
+            const int64_t word =
+                ((((int64_t)expert * n_tiles + tile) * k_blocks + s * kBlocksPerStage + j) * 32 + lane) * 4;
+            cp_async_16(&sm.w[slot][j][warp][t][lane], p.qweight + word, 16);
+          }
+        }
+        // Scales of the CTA's rows for this stage's groups, 8 per 16-byte chunk (N % 16 == 0).
+        constexpr int kScaleChunks = kGroupsPerStage * kRows / 8;
+        for (int c = tid; c < kScaleChunks; c += kThreads) {
+          const int grp = c / (kRows / 8), col = (c % (kRows / 8)) * 8;
+          const bool valid = row0 + col < p.n;
+          const __nv_bfloat16* src =
+              p.scale + ((int64_t)expert * k_groups + s * kGroupsPerStage + grp) * p.n + (valid ? row0 + col : 0);
+          cp_async_16(&sm.scale[slot][grp][col], src, valid ? 16 : 0);
+        }
+        // Activations: the CTA's gathered rows, 16 bytes at a time; padding rows read as zero.
+        constexpr int kChunksPerRow = STAGE_K / 8;
+        constexpr int kChunks = kTok * kChunksPerRow;
+        for (int c = tid; c < kChunks; c += kThreads) {
+          const int row = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
           const int route = sm.route[row];
           const __nv_bfloat16* src = p.a + (route >= 0 ? (int64_t)(route / p.top_k) * p.lda : 0) +
                                      (int64_t)s * STAGE_K + col;
-          cp_async_16(&sm.act[s % STAGES][row][col], src, route >= 0 ? 16 : 0);
+          cp_async_16(&sm.act[slot][row][col], src, route >= 0 ? 16 : 0);
         }
       }
       cp_async_commit();  // always commit, so group counting stays uniform
     };
 
-    // Weights and scales for k-block kb of this warp's tiles, prefetched into registers. Scales
-    // stay packed: .x = (group 0 row g, group 0 row g+8), .y = the same for group 1.
-    uint4 w_ring[kPrefetch][NT];
-    __nv_bfloat162 s_ring[kPrefetch][NT][2];
-    auto load_weights = [&](int kb, uint4 (&w)[NT], __nv_bfloat162 (&s)[NT][2]) {
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        const int tile = min(tile0 + t, n_tiles - 1);  // clamp: tiles past N compute, never store
-        const int64_t word = ((((int64_t)expert * n_tiles + tile) * k_blocks + kb) * 32 + lane) * 4;
-        w[t] = ldg_stream_16(p.qweight + word);
-#pragma unroll
-        for (int grp = 0; grp < 2; ++grp) {
-          const __nv_bfloat16* srow =
-              p.scale + ((int64_t)expert * k_groups + kb * 2 + grp) * p.n + tile * kTile + lane / 4;
-          s[t][grp] = __halves2bfloat162(srow[0], srow[8]);
-        }
-      }
-    };
-
     float acc[NT][TT][4] = {};
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) load_stage(s);
-#pragma unroll
-    for (int j = 0; j < kPrefetch; ++j) {
-      if (j < k_blocks) load_weights(j, w_ring[j], s_ring[j]);
-    }
 
     for (int s = 0; s < num_stages; ++s) {
       cp_async_wait<STAGES - 2>();
       __syncthreads();  // stage s landed for everyone; stage s-1's slot is free to refill
       load_stage(s + STAGES - 1);
-      const __nv_bfloat16(*act)[kActStride] = sm.act[s % STAGES];
+      const int slot = s % STAGES;
+      const __nv_bfloat16(*act)[kActStride] = sm.act[slot];
 #pragma unroll
       for (int j = 0; j < kBlocksPerStage; ++j) {
-        const int kb = s * kBlocksPerStage + j;
+        uint4 w[NT];
+#pragma unroll
+        for (int t = 0; t < NT; ++t) w[t] = sm.w[slot][j][warp][t][lane];
 #pragma unroll
         for (int kt = 0; kt < 4; ++kt) {  // the four 16-wide k tiles of this block
           const int kcol = j * kBlockK + kt * kTile + 2 * (lane % 4);
@@ -127,19 +132,17 @@ struct IndexedMma {
             b[tt][0] = *reinterpret_cast<const uint32_t*>(brow + kcol);
             b[tt][1] = *reinterpret_cast<const uint32_t*>(brow + kcol + 8);
           }
+          const __nv_bfloat16* srow = sm.scale[slot][j * 2 + kt / 2];
 #pragma unroll
           for (int t = 0; t < NT; ++t) {
-            const uint4& w = w_ring[j][t];
-            const uint32_t word = kt == 0 ? w.x : kt == 1 ? w.y : kt == 2 ? w.z : w.w;
-            const __nv_bfloat162 sc = s_ring[j][t][kt / 2];
+            const uint32_t word = kt == 0 ? w[t].x : kt == 1 ? w[t].y : kt == 2 ? w[t].z : w[t].w;
+            const int r = (warp * NT + t) * kTile + lane / 4;
             uint32_t afrag[4];
-            dequantize_fragment(word, __low2bfloat162(sc), __high2bfloat162(sc), afrag);
+            dequantize_fragment(word, __bfloat162bfloat162(srow[r]), __bfloat162bfloat162(srow[r + 8]), afrag);
 #pragma unroll
             for (int tt = 0; tt < TT; ++tt) mma_m16n8k16_bf16(acc[t][tt], afrag, b[tt][0], b[tt][1]);
           }
         }
-        // Refill this slot only after its last use: kPrefetch - 1 blocks stay in flight meanwhile.
-        if (kb + kPrefetch < k_blocks) load_weights(kb + kPrefetch, w_ring[j], s_ring[j]);
       }
     }
     cp_async_wait<0>();

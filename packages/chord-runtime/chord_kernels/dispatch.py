@@ -63,17 +63,29 @@ def indexed_simple(arch: str = DEFAULT_ARCH) -> IndexedLaunch:
     return IndexedLaunch(spec, rows_per_cta=16, cols_per_cta=64)
 
 
-def indexed_mma(nt: int, tt: int, stage_k: int, stages: int = 3, ctas_per_sm: int = 4,
-                arch: str = DEFAULT_ARCH) -> IndexedLaunch:
-    """Swapped-operand mma.m16n8k16 kernel: 4 warps x ``nt`` 16-row weight tiles, 8*``tt`` tokens."""
+SMEM_PER_SM = 227 * 1024  # usable shared memory per SM on H100/H200 (1 KB per CTA is reserved)
+
+
+def mma_smem_bytes(nt: int, tt: int, stage_k: int, stages: int) -> int:
+    """sizeof(IndexedMma::Smem): per stage the lanes' weight chunks, the CTA rows' scales and
+    the gathered activation rows (padded by 8 columns), then one int32 route per token."""
+    rows, tokens = 64 * nt, 8 * tt
+    weights = (stage_k // 64) * 4 * nt * 32 * 16
+    scales = (stage_k // 32) * rows * 2
+    acts = tokens * (stage_k + 8) * 2
+    return stages * (weights + scales + acts) + tokens * 4
+
+
+def indexed_mma(nt: int, tt: int, stage_k: int, stages: int = 3, arch: str = DEFAULT_ARCH) -> IndexedLaunch:
+    """Swapped-operand mma.m16n8k16 kernel: 4 warps x ``nt`` 16-row weight tiles, 8*``tt`` tokens.
+    CTAs per SM follow from shared memory (at most 4); __launch_bounds__ caps registers to match."""
+    smem = mma_smem_bytes(nt, tt, stage_k, stages)
+    ctas_per_sm = max(1, min(4, SMEM_PER_SM // (smem + 1024)))
     spec = KernelSpec(family="indexed_mma", header="indexed/w4a16_indexed_mma.cuh",
                       body="chord::IndexedMma", params_type="chord::IndexedParams",
                       template_args=(("NT", nt), ("TT", tt), ("STAGE_K", stage_k), ("STAGES", stages)),
                       threads=128, min_blocks_per_sm=ctas_per_sm, arch=arch)
-    tokens = 8 * tt
-    # IndexedMma::Smem: activation ring [STAGES][tokens][STAGE_K + 8] bf16, then tokens int32 routes.
-    smem = stages * tokens * (stage_k + 8) * 2 + tokens * 4
-    return IndexedLaunch(spec, rows_per_cta=tokens, cols_per_cta=4 * nt * 16, smem_bytes=smem)
+    return IndexedLaunch(spec, rows_per_cta=8 * tt, cols_per_cta=4 * nt * 16, smem_bytes=smem)
 
 
 def choose_indexed_mma(problem: IndexedProblem, arch: str = DEFAULT_ARCH) -> IndexedLaunch:
@@ -84,12 +96,15 @@ def choose_indexed_mma(problem: IndexedProblem, arch: str = DEFAULT_ARCH) -> Ind
     # Weight rows per warp: two 16-row tiles halve the activation re-reads per weight byte, one
     # tile doubles the CTA count for narrow N (TP8 gate_up, N=512).
     nt = 2 if problem.n >= 2048 else 1
-    # Activation stage: 256 columns when K allows it (fewer barriers), else one 64-wide block.
-    stage_k = 256 if problem.k % 256 == 0 else 64
-    # 4 CTAs/SM (a 128-register cap) hide each CTA's load->dequant->MMA latency; larger tiles
-    # need more accumulator registers, so they run 3 or 2 per SM instead of spilling.
-    ctas_per_sm = 4 if nt * tt <= 6 else 3 if nt * tt <= 8 else 2
-    return indexed_mma(nt, tt, stage_k, ctas_per_sm=ctas_per_sm, arch=arch)
+    # Stage width: 256 columns (fewer barriers, deeper bytes in flight) while the activation
+    # rows are few; narrower stages for big token tiles keep 2+ CTAs per SM in shared memory.
+    if problem.k % 256 == 0 and tt <= 2:
+        stage_k = 256
+    elif problem.k % 128 == 0:
+        stage_k = 128
+    else:
+        stage_k = 64
+    return indexed_mma(nt, tt, stage_k, arch=arch)
 
 
 def indexed_family() -> str:
