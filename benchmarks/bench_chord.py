@@ -24,35 +24,29 @@ from . import scenarios as S
 def chord_block_m(problem: dict[str, Any]) -> int:
     """The routing block size (``moe_align_block_size``'s block_size) Chord is benchmarked with:
     what Chord's dispatch asks the framework for (``dispatch.indexed_block_m``, by routed rows
-    per expert), or ``CHORD_BENCH_BLOCK_M`` (an int) for experiments.
+    per expert; ``CHORD_W4A16_BLOCK_M`` overrides it there, for experiments).
 
     ``problem``: ``n``, ``k``, ``num_experts`` (local), ``top_k`` (8 gate_up, 1 down),
     ``num_routes`` (topk_ids.numel()) and ``valid_shape_m`` (vLLM's estimate of the routes this
     GPU computes, what Humming's table is indexed by).
     """
-    env = os.environ.get("CHORD_BENCH_BLOCK_M")
-    if env:
-        return int(env)
     from chord_kernels import dispatch
 
     return dispatch.indexed_block_m(problem["valid_shape_m"], problem["num_experts"])
 
 
 def chord_config(n: int, k: int, num_experts: int, top_k: int, block_m: int, device: torch.device) -> str:
-    """The kernel Chord's dispatch picks for this call (same pure function ``indexed`` uses)."""
+    """The kernel Chord's dispatch picks for this call (the same pure functions ``indexed`` uses,
+    with the same environment overrides)."""
     try:
         from chord_kernels import dispatch
         from chord_kernels.device import kernel_arch
 
         index = device.index if device.index is not None else torch.cuda.current_device()
         problem = dispatch.IndexedProblem(n=n, k=k, num_experts=num_experts, top_k=top_k, block_m=block_m)
-        family = getattr(dispatch, "indexed_family", None)  # CHORD_W4A16_INDEXED_KERNEL, as ops.indexed reads it
-        extra = (family(),) if callable(family) else ()
-        launch = dispatch.select_indexed(problem, kernel_arch(index), *extra)
-        tile = ""
-        if hasattr(launch, "rows_per_cta"):
-            tile = f" tile={launch.rows_per_cta}x{launch.cols_per_cta}"
-        return f"{launch.spec.describe()}{tile} bm={block_m}"
+        launch = dispatch.select_indexed(problem, kernel_arch(index), dispatch.indexed_family(),
+                                         dispatch.indexed_tuning())
+        return f"{launch.spec.describe()} tile={launch.rows_per_cta}x{launch.cols_per_cta} bm={block_m}"
     except Exception as exc:  # describing must never fail a measurement
         return f"bm={block_m} (config unknown: {type(exc).__name__}: {exc})"
 

@@ -555,9 +555,9 @@ def test_chord_block_m_follows_dispatch(monkeypatch):
     from benchmarks import bench_chord
 
     problem = {"n": 4096, "k": 7168, "num_experts": 48, "top_k": 8, "num_routes": 1280, "valid_shape_m": 160}
-    monkeypatch.delenv("CHORD_BENCH_BLOCK_M", raising=False)
+    monkeypatch.delenv("CHORD_W4A16_BLOCK_M", raising=False)
     assert bench_chord.chord_block_m(problem) == dispatch.indexed_block_m(160, 48) == 8
-    monkeypatch.setenv("CHORD_BENCH_BLOCK_M", "32")
+    monkeypatch.setenv("CHORD_W4A16_BLOCK_M", "32")
     assert bench_chord.chord_block_m(problem) == 32
 
 

@@ -82,3 +82,15 @@ def test_non_sm90_gpu_is_a_clear_error(monkeypatch):
     with pytest.raises(device.UnsupportedDeviceError, match="A100 .compute capability 8.0.*no fallback"):
         device.kernel_arch(0)
     device.kernel_arch.cache_clear()
+
+
+def test_tuning_override(monkeypatch):
+    problem = IndexedProblem(4096, 7168, 48, 8, 8)
+    launch = dispatch.choose_indexed_mma(problem, tuning="NT=4, stages=4")
+    assert launch.spec.config == {"NT": 4, "TT": 1, "STAGE_K": 256, "STAGES": 4}
+    with pytest.raises(ValueError, match="expected KEY=INT"):
+        dispatch.choose_indexed_mma(problem, tuning="BM=64")
+    with pytest.raises(ValueError, match="STAGE_K must divide K"):
+        dispatch.choose_indexed_mma(IndexedProblem(4096, 320, 48, 8, 8), tuning="STAGE_K=256")
+    monkeypatch.setenv("CHORD_W4A16_BLOCK_M", "24")
+    assert dispatch.indexed_block_m(10, 48) == 24

@@ -120,27 +120,36 @@ struct IndexedMma {
 #pragma unroll
       for (int j = 0; j < kBlocksPerStage; ++j) {
         uint4 w[NT];
+        __nv_bfloat162 s_lo[NT][2], s_hi[NT][2];  // per tile and scale group: rows g and g+8
 #pragma unroll
-        for (int t = 0; t < NT; ++t) w[t] = sm.w[slot][j][warp][t][lane];
+        for (int t = 0; t < NT; ++t) {
+          w[t] = sm.w[slot][j][warp][t][lane];
+          const int r = (warp * NT + t) * kTile + lane / 4;
 #pragma unroll
-        for (int kt = 0; kt < 4; ++kt) {  // the four 16-wide k tiles of this block
-          const int kcol = j * kBlockK + kt * kTile + 2 * (lane % 4);
-          uint32_t b[TT][2];
+          for (int grp = 0; grp < 2; ++grp) {
+            s_lo[t][grp] = __bfloat162bfloat162(sm.scale[slot][j * 2 + grp][r]);
+            s_hi[t][grp] = __bfloat162bfloat162(sm.scale[slot][j * 2 + grp][r + 8]);
+          }
+        }
+#pragma unroll
+        for (int kp = 0; kp < 2; ++kp) {  // pairs of 16-wide k tiles: one ldmatrix.x4 per 8 tokens
+          uint32_t b[TT][4];  // b[tt][0..1]: k tile 2*kp, b[tt][2..3]: k tile 2*kp+1
 #pragma unroll
           for (int tt = 0; tt < TT; ++tt) {
-            const __nv_bfloat16* brow = act[tt * 8 + lane / 4];
-            b[tt][0] = *reinterpret_cast<const uint32_t*>(brow + kcol);
-            b[tt][1] = *reinterpret_cast<const uint32_t*>(brow + kcol + 8);
+            const int quad = lane / 8;  // matrix this lane addresses: (tile, k half) of the pair
+            ldmatrix_x4(b[tt], &act[tt * 8 + lane % 8][j * kBlockK + (2 * kp + quad / 2) * kTile + (quad % 2) * 8]);
           }
-          const __nv_bfloat16* srow = sm.scale[slot][j * 2 + kt / 2];
 #pragma unroll
-          for (int t = 0; t < NT; ++t) {
-            const uint32_t word = kt == 0 ? w[t].x : kt == 1 ? w[t].y : kt == 2 ? w[t].z : w[t].w;
-            const int r = (warp * NT + t) * kTile + lane / 4;
-            uint32_t afrag[4];
-            dequantize_fragment(word, __bfloat162bfloat162(srow[r]), __bfloat162bfloat162(srow[r + 8]), afrag);
+          for (int h = 0; h < 2; ++h) {
+            const int kt = 2 * kp + h;
 #pragma unroll
-            for (int tt = 0; tt < TT; ++tt) mma_m16n8k16_bf16(acc[t][tt], afrag, b[tt][0], b[tt][1]);
+            for (int t = 0; t < NT; ++t) {
+              const uint32_t word = kt == 0 ? w[t].x : kt == 1 ? w[t].y : kt == 2 ? w[t].z : w[t].w;
+              uint32_t afrag[4];
+              dequantize_fragment(word, s_lo[t][kp], s_hi[t][kp], afrag);
+#pragma unroll
+              for (int tt = 0; tt < TT; ++tt) mma_m16n8k16_bf16(acc[t][tt], afrag, b[tt][2 * h], b[tt][2 * h + 1]);
+            }
           }
         }
       }

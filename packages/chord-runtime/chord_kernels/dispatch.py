@@ -2,8 +2,10 @@
 
 A *problem* is what the caller's shapes say (N, K, experts, top_k, routing block size); a
 *kernel config* is how Chord runs it (family, tiles, launch shape). ``CHORD_PRINT_CONFIGS=1``
-prints each distinct choice once, to stderr. ``CHORD_W4A16_INDEXED_KERNEL=simple|mma`` forces
-an indexed kernel family (debugging; the default is the heuristic below).
+prints each distinct choice once, to stderr. Overrides for experiments and debugging (the default
+is the heuristic below): ``CHORD_W4A16_INDEXED_KERNEL=simple|mma`` forces an indexed kernel
+family, ``CHORD_W4A16_TUNING="NT=4,STAGES=4"`` overrides the mma kernel's config, and
+``CHORD_W4A16_BLOCK_M`` the routing block size Chord asks the framework for.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ def indexed_block_m(valid_shape_m: int, num_experts: int) -> int:
     expert's rows, so padding stays small at decode and one CTA's dequantized weights serve the
     whole block at mid batch. Above 64 rows per expert the block stays 64.
     """
+    override = os.environ.get("CHORD_W4A16_BLOCK_M")
+    if override:
+        return int(override)
     tok_e = max(valid_shape_m, 1) / max(num_experts, 1)
     return next((b for b in BLOCK_M_CHOICES if tok_e <= b), BLOCK_M_CHOICES[-1])
 
@@ -88,7 +93,21 @@ def indexed_mma(nt: int, tt: int, stage_k: int, stages: int = 3, arch: str = DEF
     return IndexedLaunch(spec, rows_per_cta=8 * tt, cols_per_cta=4 * nt * 16, smem_bytes=smem)
 
 
-def choose_indexed_mma(problem: IndexedProblem, arch: str = DEFAULT_ARCH) -> IndexedLaunch:
+TUNABLE = ("NT", "TT", "STAGE_K", "STAGES")
+
+
+def parse_tuning(text: str) -> dict[str, int]:
+    """``CHORD_W4A16_TUNING="NT=4,STAGES=4"`` -> {"NT": 4, "STAGES": 4} (experiments, debugging)."""
+    out: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or key.strip().upper() not in TUNABLE or not value.strip().isdigit():
+            raise ValueError(f"CHORD_W4A16_TUNING item {item!r}: expected KEY=INT with KEY in {', '.join(TUNABLE)}")
+        out[key.strip().upper()] = int(value)
+    return out
+
+
+def choose_indexed_mma(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> IndexedLaunch:
     # Tokens: cover the routing block in one CTA up to 64 rows (8 n8 tiles), so each dequantized
     # weight serves the whole block; bigger blocks are split over several CTAs, each re-streaming
     # the expert's weights (large prefill belongs to a WGMMA kernel).
@@ -104,17 +123,25 @@ def choose_indexed_mma(problem: IndexedProblem, arch: str = DEFAULT_ARCH) -> Ind
         stage_k = 128
     else:
         stage_k = 64
-    return indexed_mma(nt, tt, stage_k, arch=arch)
+    cfg = {"NT": nt, "TT": tt, "STAGE_K": stage_k, "STAGES": 3, **parse_tuning(tuning)}
+    if problem.k % cfg["STAGE_K"] or cfg["STAGE_K"] % 64 or not 1 <= cfg["TT"] <= MAX_TOKEN_TILES:
+        raise ValueError(f"tuning {cfg} does not fit K={problem.k} (STAGE_K must divide K, multiple of 64; TT 1..8)")
+    return indexed_mma(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
 
 
 def indexed_family() -> str:
     return os.environ.get("CHORD_W4A16_INDEXED_KERNEL", "mma")
 
 
-def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: str = "mma") -> IndexedLaunch:
+def indexed_tuning() -> str:
+    return os.environ.get("CHORD_W4A16_TUNING", "")
+
+
+def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: str = "mma",
+                   tuning: str = "") -> IndexedLaunch:
     if family not in INDEXED_FAMILIES:
         raise ValueError(f"CHORD_W4A16_INDEXED_KERNEL={family!r}; expected one of {', '.join(INDEXED_FAMILIES)}")
-    launch = indexed_simple(arch) if family == "simple" else choose_indexed_mma(problem, arch)
+    launch = indexed_simple(arch) if family == "simple" else choose_indexed_mma(problem, arch, tuning)
     report_choice(problem, launch.spec)
     return launch
 

@@ -16,7 +16,7 @@ import torch
 
 from . import reference, routing
 from .device import kernel_arch
-from .dispatch import IndexedLaunch, IndexedProblem, indexed_family, select_indexed
+from .dispatch import IndexedLaunch, IndexedProblem, indexed_family, indexed_tuning, select_indexed
 from .jit.launch import load_kernel
 from .layouts import PackedW4A16
 
@@ -46,7 +46,7 @@ def _require(cond: bool, message: str) -> None:
 
 @functools.lru_cache(maxsize=4096)
 def _indexed_plan(a_shape, a_stride, a_dtype, a_device, w_shape, block_k, sorted_numel,
-                  expert_numel, out_shape, out_stride, out_dtype, top_k, block_m, family) -> tuple:
+                  expert_numel, out_shape, out_stride, out_dtype, top_k, block_m, family, tuning) -> tuple:
     m, k = a_shape
     e, n_tiles = w_shape[0], w_shape[1]
     n = n_tiles * 16
@@ -61,7 +61,7 @@ def _indexed_plan(a_shape, a_stride, a_dtype, a_device, w_shape, block_k, sorted
     _require(out_dtype == torch.bfloat16 and out_stride[1] == 1, "out must be bfloat16 with unit stride along N")
     problem = IndexedProblem(n=n, k=k, num_experts=e, top_k=top_k, block_m=block_m)
     device_index = a_device.index if a_device.index is not None else torch.cuda.current_device()
-    launch = select_indexed(problem, kernel_arch(device_index), family)
+    launch = select_indexed(problem, kernel_arch(device_index), family, tuning)
     kernel = load_kernel(launch.spec, device_index, launch.smem_bytes)
     grid = launch.grid(problem, expert_numel)
     return problem, launch, kernel, grid, launch.ctas_per_block(problem)
@@ -95,7 +95,7 @@ def indexed(a: torch.Tensor, packed: PackedW4A16, sorted_ids: torch.Tensor, expe
     problem, launch, kernel, grid, ctas_per_block = _indexed_plan(
         tuple(a.shape), a.stride(), a.dtype, a.device, tuple(packed.qweight.shape), packed.block_k,
         sorted_ids.numel(), expert_ids.numel(), tuple(out.shape), out.stride(), out.dtype, top_k, block_m,
-        indexed_family())
+        indexed_family(), indexed_tuning())
     params = INDEXED_PARAMS.pack(
         a.data_ptr(), packed.qweight.data_ptr(), packed.scale.data_ptr(), out.data_ptr(),
         sorted_ids.data_ptr(), expert_ids.data_ptr(), num_tokens_padded.data_ptr(),
