@@ -12,8 +12,8 @@ from chord_kernels.dispatch import IndexedProblem
         (4096, 7168, 8, {"NT": 2, "TT": 1, "STAGE_K": 256}),  # EP8 gate_up decode
         (7168, 2048, 16, {"NT": 2, "TT": 2, "STAGE_K": 256}),  # EP8 down
         (512, 7168, 16, {"NT": 1, "TT": 2, "STAGE_K": 256}),  # TP8 gate_up: narrow N, more CTAs
-        (7168, 256, 64, {"NT": 2, "TT": 8, "STAGE_K": 128}),  # TP8 down, mid batch: narrower stages
-        (7168, 256, 128, {"NT": 2, "TT": 8, "STAGE_K": 128}),  # blocks above 64 rows: 2 CTAs each
+        (7168, 256, 64, {"NT": 4, "TT": 8, "STAGE_K": 128}),  # TP8 down, mid batch: narrower stages
+        (7168, 256, 128, {"NT": 4, "TT": 8, "STAGE_K": 128}),  # blocks above 64 rows: 2 CTAs each
         (160, 320, 5, {"NT": 1, "TT": 1, "STAGE_K": 64}),  # not Kimi: K only a multiple of 64
     ],
 )
@@ -28,9 +28,9 @@ def test_indexed_choice(n, k, block_m, want):
 def test_grid_covers_n_and_every_routing_block():
     problem = IndexedProblem(n=4096, k=7168, num_experts=48, top_k=8, block_m=64)
     launch = dispatch.select_indexed(problem)
-    assert launch.grid(problem, num_blocks=10) == (4096 // 128, 10, 1)
+    assert launch.grid(problem, num_blocks=10) == (4096 // 256, 10, 1)
     big = IndexedProblem(n=4096, k=7168, num_experts=48, top_k=8, block_m=128)
-    assert dispatch.select_indexed(big).grid(big, num_blocks=10) == (4096 // 128, 10 * 2, 1)
+    assert dispatch.select_indexed(big).grid(big, num_blocks=10) == (4096 // 256, 10 * 2, 1)
 
 
 @pytest.mark.parametrize("valid_shape_m,experts,want", [(1, 48, 8), (400, 48, 16), (1500, 48, 32),
@@ -44,8 +44,10 @@ def test_smem_bytes_mirror_the_kernel_struct():
     # [8 groups][64*NT rows] bf16, activations [64 tokens][256+8] bf16) + 64 int32 routes.
     launch = dispatch.indexed_mma(nt=1, tt=8, stage_k=256, stages=3)
     assert launch.smem_bytes == 3 * (4 * 4 * 1 * 32 * 16 + 8 * 64 * 2 + 64 * 264 * 2) + 64 * 4
-    # The kernel checks it on the device (a trap); the host derives CTAs per SM from it.
+    # The kernel checks it on the device (a trap); the host derives CTAs per SM from it (and
+    # from the register estimate).
     assert launch.spec.min_blocks_per_sm == 227 * 1024 // (launch.smem_bytes + 1024)
+    assert dispatch.indexed_mma(nt=4, tt=8, stage_k=64).spec.min_blocks_per_sm == 2  # registers bind
 
 
 def test_family_override_and_bad_value():
@@ -71,7 +73,7 @@ def test_profiles_cover_the_heuristic():
     for name in ("h200_ep8", "h200_tp8"):
         assert {s.symbol for s in profile_specs(name)} <= reachable
     symbols = {s.symbol for s in all_default_specs()}
-    assert {"chord_indexed_mma_NT2_TT4_STAGE_K64_STAGES3", "chord_indexed_mma_NT1_TT1_STAGE_K256_STAGES3",
+    assert {"chord_indexed_mma_NT4_TT8_STAGE_K128_STAGES3", "chord_indexed_mma_NT1_TT1_STAGE_K256_STAGES3",
             "chord_indexed_simple_BLOCK_K64"} <= symbols
 
 

@@ -110,3 +110,30 @@ def test_compile_check_default_profiles(tmp_path, monkeypatch):
     assert len(specs) >= 2
     for spec, cubin in zip(specs, precompile(specs, jobs=os.cpu_count() or 1, progress=False), strict=True):
         assert cubin.stat().st_size > 1000, spec.describe()
+
+
+def test_no_register_spills_in_any_reachable_kernel(tmp_path):
+    """ptxas -v for every kernel the dispatch can pick: the occupancy each asks for
+    (__launch_bounds__) must fit without spilling to local memory."""
+    import re
+    from concurrent.futures import ThreadPoolExecutor
+
+    try:
+        nvcc = compiler.find_nvcc()
+    except FileNotFoundError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("nvcc not installed")
+    root = csrc_dir()
+
+    def spills(spec):
+        src = tmp_path / f"{spec.symbol}.cu"
+        src.write_text(spec.source())
+        cmd = [nvcc, "-cubin", *compiler.compile_flags(spec, root), "-Xptxas", "-v", "-o", str(src) + ".cubin", str(src)]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
+        return spec.describe(), [int(n) for n in re.findall(r"(\d+) bytes spill stores", out)]
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        results = list(pool.map(spills, all_default_specs()))
+    bad = [(name, s) for name, s in results if not s or any(s)]
+    assert not bad, f"spilling (or unreported) kernels: {bad}"

@@ -81,11 +81,22 @@ def mma_smem_bytes(nt: int, tt: int, stage_k: int, stages: int) -> int:
     return stages * (weights + scales + acts) + tokens * 4
 
 
+def mma_register_estimate(nt: int, tt: int) -> int:
+    """Registers per thread of IndexedMma, rounded up to the allocation granule of 8: the
+    accumulators (4 per tile per 8 tokens), weight words and scales per tile, B fragments per
+    8 tokens, and ~40 for addressing; +10 % margin. Fitted to ptxas -v on sm_90a (within 10 %)."""
+    est = 40 + 4 * nt * tt + 8 * nt + 4 * tt
+    return -(-int(est * 1.1) // 8) * 8
+
+
 def indexed_mma(nt: int, tt: int, stage_k: int, stages: int = 3, arch: str = DEFAULT_ARCH) -> IndexedLaunch:
     """Swapped-operand mma.m16n8k16 kernel: 4 warps x ``nt`` 16-row weight tiles, 8*``tt`` tokens.
-    CTAs per SM follow from shared memory (at most 4); __launch_bounds__ caps registers to match."""
+    CTAs per SM follow from shared memory and registers (at most 4); __launch_bounds__ then caps
+    registers to match, so the occupancy asked for is the occupancy ptxas must fit."""
     smem = mma_smem_bytes(nt, tt, stage_k, stages)
-    ctas_per_sm = max(1, min(4, SMEM_PER_SM // (smem + 1024)))
+    by_smem = SMEM_PER_SM // (smem + 1024)
+    by_regs = 65536 // (128 * mma_register_estimate(nt, tt))
+    ctas_per_sm = max(1, min(4, by_smem, by_regs))
     spec = KernelSpec(family="indexed_mma", header="indexed/w4a16_indexed_mma.cuh",
                       body="chord::IndexedMma", params_type="chord::IndexedParams",
                       template_args=(("NT", nt), ("TT", tt), ("STAGE_K", stage_k), ("STAGES", stages)),
@@ -112,9 +123,14 @@ def choose_indexed_mma(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning
     # weight serves the whole block; bigger blocks are split over several CTAs, each re-streaming
     # the expert's weights (large prefill belongs to a WGMMA kernel).
     tt = min(MAX_TOKEN_TILES, max(1, -(-problem.block_m // 8)))
-    # Weight rows per warp: two 16-row tiles halve the activation re-reads per weight byte, one
-    # tile doubles the CTA count for narrow N (TP8 gate_up, N=512).
-    nt = 2 if problem.n >= 2048 else 1
+    # Weight rows per warp: more 16-row tiles cut the activation bytes re-read per weight byte,
+    # fewer make more CTAs. Measured on the H200 (docs/design/indexed-kernels.md, v5 sweep): 4
+    # tiles win once the token tile is 32+ rows, 2 at decode; narrow N (TP8 gate_up, N=512)
+    # keeps 1 so the grid still fills the machine.
+    if problem.n < 2048:
+        nt = 1
+    else:
+        nt = 4 if problem.block_m >= 32 else 2
     # Stage width: 256 columns (fewer barriers, deeper bytes in flight) while the activation
     # rows are few; narrower stages for big token tiles keep 2+ CTAs per SM in shared memory.
     if problem.k % 256 == 0 and tt <= 2:

@@ -8,7 +8,13 @@ import json
 from .. import dtypes
 from ..device import DeviceInfo  # noqa: F401  (vLLM 0.32's _patch_humming looks this name up)
 from ..errors import not_supported
-from .enum import CHORD_MODE_BY_GEMM_TYPE, GemmType, InputQuantizationMode, WeightScale2Type, WeightScaleType
+from .enum import (
+    CHORD_MODE_BY_GEMM_TYPE,
+    GemmType,
+    InputQuantizationMode,
+    WeightScale2Type,
+    WeightScaleType,
+)
 
 
 @dataclasses.dataclass(kw_only=True, unsafe_hash=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 
 
-class InputQuantizationMode(str, enum.Enum):
+class InputQuantizationMode(str, enum.Enum):  # noqa: UP042 (humming compares str members)
     Disabled = "none"
     StaticTensor = "static_tensor"
     DynamicToken = "dynamic_token"
@@ -66,14 +66,14 @@ class GemmType(enum.Enum):
     GROUPED_MASKED = "grouped_masked"
 
 
-class ActivationType(str, enum.Enum):
+class ActivationType(str, enum.Enum):  # noqa: UP042 (humming compares str members)
     None_ = "none"
     Unary = "unary"
     BinarySplit = "binary_split"
     BinaryInterleaved = "binary_interleaved"
 
 
-class ProcessInputLayoutType(str, enum.Enum):
+class ProcessInputLayoutType(str, enum.Enum):  # noqa: UP042 (humming compares str members)
     Normal = "normal"
     GroupedMask = "grouped_mask"
     Scatter = "scatter"

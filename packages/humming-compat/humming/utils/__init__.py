@@ -1,0 +1,1 @@
+"""``humming.utils``: the helper modules vLLM names (``weight``, ``smem``)."""
