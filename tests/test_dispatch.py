@@ -40,10 +40,10 @@ def test_block_m_follows_rows_per_expert(valid_shape_m, experts, want):
 
 
 def test_smem_bytes_mirror_the_kernel_struct():
-    # IndexedMma::Smem = STAGES x (weights [4 blocks][4 warps][NT][32 lanes] x 16 B, scales
-    # [8 groups][64*NT rows] bf16, activations [64 tokens][256+8] bf16) + 64 int32 routes.
+    # MmaTile::Smem = STAGES x (weights [4 blocks][4 warps][NT][32 lanes] x 16 B, scales
+    # [8 groups][64*NT rows] bf16, activations [64 rows][256+8] bf16) + 2 x 64 int32 row indices.
     launch = dispatch.indexed_mma(nt=1, tt=8, stage_k=256, stages=3)
-    assert launch.smem_bytes == 3 * (4 * 4 * 1 * 32 * 16 + 8 * 64 * 2 + 64 * 264 * 2) + 64 * 4
+    assert launch.smem_bytes == 3 * (4 * 4 * 1 * 32 * 16 + 8 * 64 * 2 + 64 * 264 * 2) + 2 * 64 * 4
     # The kernel checks it on the device (a trap); the host derives CTAs per SM from it (and
     # from the register estimate).
     assert launch.spec.min_blocks_per_sm == 227 * 1024 // (launch.smem_bytes + 1024)
@@ -96,3 +96,18 @@ def test_tuning_override(monkeypatch):
         dispatch.choose_indexed_mma(IndexedProblem(4096, 320, 48, 8, 8), tuning="STAGE_K=256")
     monkeypatch.setenv("CHORD_W4A16_BLOCK_M", "24")
     assert dispatch.indexed_block_m(10, 48) == 24
+
+
+@pytest.mark.parametrize("routing,rows,want_tt", [("contiguous", 3, 1), ("contiguous_offsets", 20, 4),
+                                                  ("masked", 40, 8), ("masked", 5000, 8)])
+def test_grouped_choice(routing, rows, want_tt):
+    from chord_kernels.dispatch import GroupedProblem
+
+    block_k = 128 if routing == "masked" else 64
+    launch = dispatch.select_grouped(GroupedProblem(routing, 4096, 7168, 48, rows, block_k))
+    cfg = launch.spec.config
+    assert launch.spec.family == "grouped_mma" and cfg["TT"] == want_tt and cfg["BLOCK_K"] == block_k
+    assert cfg["ROUTING"] == dispatch.GROUPED_ROUTINGS[routing]
+    assert 128 % launch.rows_per_cta == 0  # a tile never straddles a 128-aligned segment
+    with pytest.raises(ValueError, match="unknown grouped routing"):
+        dispatch.select_grouped(GroupedProblem("sorted", 4096, 7168, 48, rows, block_k))

@@ -293,3 +293,17 @@ def test_chord_shard_metadata_fed_back_in(tmp_path):
     shard = src / "model-00002-of-000002.safetensors"
     edit_shard(src, shard, lambda _t, m: m.update({"chord.mode": "masked"}))
     refuse(src, f"shard {shard.name}", "written by chord-pack", "already Chord-packed")
+
+
+def test_inspect_counts_extra_layer_experts_as_passthrough(tmp_path):
+    """An MTP layer's expert tensors are copied, not packed: inspect must count them as pass-through."""
+    from chord_pack.info import inspect_checkpoint
+
+    src = copy_fixture(tmp_path)
+    mtp = "model.layers.3.mlp.experts.0.gate_proj.weight_packed"
+    shard = shard_of(src, f"{EXPERT}.weight_packed")
+    edit_shard(src, shard, lambda t, _m: t.update({mtp: torch.arange(64, dtype=torch.int32)}))
+    convert(src, tmp_path / "out", "indexed", progress=False, log=lambda _m: None)
+    s = inspect_checkpoint(tmp_path / "out")
+    assert s["packed_tensors"] == {"weight_packed": 24, "weight_scale": 24, "weight_shape": 24}
+    assert s["passthrough_tensors"] == 44

@@ -288,8 +288,10 @@ def test_verify_and_inspect_refuse_a_non_chord_checkpoint(tmp_path):
         verify(THINKING, THINKING)
 
 
-def test_sources_that_are_not_local_folders(tmp_path):
-    with pytest.raises(ChordPackError, match="Hugging Face Hub is not yet supported"):
+def test_sources_that_are_not_local_folders(tmp_path, tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path_factory.mktemp("hf-empty")))
+    with pytest.raises(ChordPackError, match="not in the local Hugging Face cache and HF_HUB_OFFLINE"):
         convert("moonshotai/Kimi-K2-Thinking", tmp_path / "out", "indexed", **quiet)
     with pytest.raises(ChordPackError, match="no such checkpoint folder"):
         convert(str(tmp_path / "nowhere" / "x" / "y"), tmp_path / "out", "indexed", **quiet)

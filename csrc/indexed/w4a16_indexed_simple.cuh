@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "common/w4a16_fragment.cuh"
-#include "indexed/indexed_params.cuh"
+#include "common/moe_params.cuh"
 
 namespace chord {
 
@@ -25,7 +25,7 @@ struct IndexedSimple {
   static constexpr int kRowsPerThread = kRowsPerCta * kColsPerCta / kThreads;  // 8
   static constexpr int kWPad = kGroupSize + 1;  // odd stride: a warp's 32 columns hit 32 banks
 
-  __device__ static void run(const IndexedParams& p) {
+  __device__ static void run(const MoeParams& p) {
     __shared__ float a_s[kRowsPerCta][kGroupSize];
     __shared__ float w_s[kColsPerCta][kWPad];
     __shared__ int32_t route_s[kRowsPerCta];

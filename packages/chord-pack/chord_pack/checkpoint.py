@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,11 +175,15 @@ def open_checkpoint(root: Path) -> Checkpoint:
 
 
 class Reader:
-    """Reads tensors of one checkpoint, keeping one open handle per shard (use as a context manager)."""
+    """Reads tensors of one checkpoint, keeping one open descriptor per shard (use as a context manager).
+
+    Reads are positional (``os.pread``), so one Reader may serve several threads at once.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._files: dict[str, object] = {}
+        self._fds: dict[str, int] = {}
+        self._lock = threading.Lock()
 
     def __enter__(self) -> Reader:
         return self
@@ -186,21 +192,25 @@ class Reader:
         self.close()
 
     def close(self) -> None:
-        for f in self._files.values():
-            f.close()
-        self._files.clear()
+        with self._lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
 
-    def _file(self, shard: str):
-        if shard not in self._files:
-            self._files[shard] = open(self.root / shard, "rb")  # noqa: SIM115 (closed in close())
-        return self._files[shard]
+    def _fd(self, shard: str) -> int:
+        with self._lock:
+            if shard not in self._fds:
+                self._fds[shard] = os.open(self.root / shard, os.O_RDONLY)
+            return self._fds[shard]
 
     def read_into(self, info: TensorInfo, begin: int, nbytes: int) -> bytearray:
         buf = bytearray(nbytes)
-        f = self._file(info.shard)
-        f.seek(begin)
-        if f.readinto(buf) != nbytes:
-            raise ChordPackError(f"{info.where()}: short read (file changed while reading?)")
+        view, fd, done = memoryview(buf), self._fd(info.shard), 0
+        while done < nbytes:
+            got = os.preadv(fd, [view[done:]], begin + done)
+            if got <= 0:
+                raise ChordPackError(f"{info.where()}: short read (file changed while reading?)")
+            done += got
         return buf
 
     def tensor(self, info: TensorInfo, rows: tuple[int, int] | None = None) -> torch.Tensor:
@@ -218,15 +228,11 @@ class Reader:
             return torch.empty(shape, dtype=dtype)
         return torch.frombuffer(self.read_into(info, begin, nbytes), dtype=dtype).reshape(shape)
 
-    def chunks(self, info: TensorInfo, chunk: int = CHUNK) -> Iterator[bytes]:
+    def chunks(self, info: TensorInfo, chunk: int = CHUNK) -> Iterator[bytearray]:
         """The raw bytes of one tensor, in chunks (bounded memory for multi-GB embeddings)."""
         pos, end = info.begin, info.end
         while pos < end:
             n = min(chunk, end - pos)
-            f = self._file(info.shard)
-            f.seek(pos)
-            data = f.read(n)
-            if len(data) != n:
-                raise ChordPackError(f"{info.where()}: short read (file changed while reading?)")
+            data = self.read_into(info, pos, n)
             pos += n
             yield data

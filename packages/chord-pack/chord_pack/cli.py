@@ -18,13 +18,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("convert", help="pack a compressed-tensors INT4 checkpoint into a Chord layout")
-    c.add_argument("src", help="checkpoint folder (Hub repo ids: not yet supported)")
+    c.add_argument("src", help="checkpoint folder, or a Hugging Face Hub repo id (org/name)")
+    c.add_argument("--revision", help="Hub branch, tag or commit (default: main); recorded as the resolved commit")
     c.add_argument("out", help="output folder (written to a hidden staging folder, renamed at the end)")
     c.add_argument("--mode", required=True, choices=MODES)
     c.add_argument("--ep-size", type=int)
     c.add_argument("--ep-rank", type=int)
     c.add_argument("--tp-size", type=int)
     c.add_argument("--tp-rank", type=int)
+    c.add_argument("--workers", type=int, help="packing threads (default: usable cores, at most 16); "
+                   "peak memory grows by about 192 MiB per worker")
     bar = c.add_mutually_exclusive_group()
     bar.add_argument("--progress", dest="progress", action="store_true", default=None,
                      help="always show the progress bar (default: only on a terminal)")
@@ -37,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="unpack OUT and compare with SRC bit for bit")
     v.add_argument("src")
     v.add_argument("out")
+    v.add_argument("--revision", help="Hub revision of SRC (default: the commit OUT records)")
 
     f = sub.add_parser("make-fixture", help="write a tiny format-faithful Kimi checkpoint "
                                             "(needs compressed-tensors)")
@@ -53,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
         from .plan import Sharding
 
         sharding = Sharding.from_args(args.ep_size, args.ep_rank, args.tp_size, args.tp_rank)
-        convert(args.src, args.out, args.mode, sharding=sharding, progress=args.progress)
+        convert(args.src, args.out, args.mode, sharding=sharding, progress=args.progress, workers=args.workers,
+                revision=args.revision)
     elif args.command == "inspect":
         from .info import format_summary, inspect_checkpoint
 
@@ -62,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.command == "verify":
         from .verify import verify
 
-        verify(args.src, args.out)
+        verify(args.src, args.out, revision=args.revision)
     elif args.command == "make-fixture":
         import torch
 

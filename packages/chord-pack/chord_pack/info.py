@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .checkpoint import open_checkpoint
+from .config import load_config
 from .convert import shard_metadata
 from .errors import ChordPackError
 from .model import EXPERT_RE
@@ -17,13 +18,14 @@ def inspect_checkpoint(path: str | Path) -> dict:
         raise ChordPackError(f"{root}: no such checkpoint folder")
     block = read_chord_block(root)
     ckpt = open_checkpoint(root)
+    num_layers = load_config(root, allow_chord=True).num_layers
     counts = {"weight_packed": 0, "weight_scale": 0, "weight_shape": 0}
     passthrough = 0
     want_meta = shard_metadata(block["mode"], block["block_k"])
     for name, shard in ckpt.weight_map.items():
         m = EXPERT_RE.match(name)
-        if m is None or m["param"] not in counts:
-            passthrough += 1
+        if m is None or m["param"] not in counts or int(m["layer"]) >= num_layers:
+            passthrough += 1  # incl. expert tensors of layers beyond num_hidden_layers (MTP): copied as is
             continue
         counts[m["param"]] += 1
         meta = {k: v for k, v in ckpt.shards[shard].metadata.items() if k.startswith("chord.")}

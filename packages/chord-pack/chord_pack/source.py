@@ -1,4 +1,4 @@
-"""Where a checkpoint comes from: today a local folder; the Hub download slots in here later."""
+"""Where a checkpoint comes from: a local folder, or a Hub repo id fetched into the hub cache (hub.py)."""
 
 from __future__ import annotations
 
@@ -21,18 +21,21 @@ class Source:
     revision: str | None = None  # resolved commit, None for a local folder
 
     def describe(self) -> dict:
-        return {"path": str(self.path), "repo": self.repo, "revision": self.revision}
+        # a Hub source is named by repo + commit; its cache path differs from machine to machine
+        return {"path": None if self.repo else str(self.path), "repo": self.repo, "revision": self.revision}
 
 
 def looks_like_repo_id(src: str) -> bool:
     return bool(_REPO_ID.match(src))
 
 
-def resolve_source(src: str | Path, revision: str | None = None) -> Source:
-    """Turn SRC (a local folder, later also a Hub repo id) into a local folder to read from.
+def resolve_source(src: str | Path, revision: str | None = None, *, sharding=None, log=print) -> Source:
+    """Turn SRC (a local folder or a Hub repo id ``org/name``) into a local folder to read from.
 
-    The Hub path (huggingface-hub ``snapshot_download`` with resume, offline mode and the
-    resolved revision recorded) is not implemented yet; a repo id gets a clear error.
+    A local folder wins over a repo id of the same spelling. A repo id is downloaded with
+    huggingface-hub (see :mod:`chord_pack.hub`); ``revision`` (branch, tag or commit) applies
+    to it only, and the resolved commit sha is recorded. ``sharding`` is accepted for a later
+    partial (per-rank) download; today every shard of the repo is fetched.
     """
     path = Path(src).expanduser()
     if path.is_dir():
@@ -42,9 +45,8 @@ def resolve_source(src: str | Path, revision: str | None = None) -> Source:
     if path.exists():
         raise ChordPackError(f"{src}: not a directory (SRC must be a checkpoint folder)")
     if looks_like_repo_id(str(src)):
-        raise ChordPackError(
-            f"{src}: no such local folder, and downloading from the Hugging Face Hub is not yet "
-            "supported by this chord-pack; download the repo first (e.g. `hf download "
-            f"{src} --local-dir DIR`) and pass DIR"
-        )
+        from .hub import download_repo
+
+        snapshot, commit = download_repo(str(src), revision, log)
+        return Source(path=snapshot, repo=str(src), revision=commit)
     raise ChordPackError(f"{src}: no such checkpoint folder")

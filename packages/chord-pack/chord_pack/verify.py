@@ -46,10 +46,13 @@ def _fail(where: str, detail: str) -> ChordPackError:
     return ChordPackError(f"verify FAILED: first difference: OUT {where}: {detail}", exit_code=1)
 
 
-def verify(src: str | Path, out: str | Path, *, log: Log = print) -> VerifyResult:
+def verify(src: str | Path, out: str | Path, *, log: Log = print, revision: str | None = None) -> VerifyResult:
     out = Path(out).expanduser().absolute()
     block = read_chord_block(out)
-    source = resolve_source(src)
+    recorded = block.get("source") or {}
+    if revision is None and recorded.get("repo") == str(src):
+        revision = recorded.get("revision")  # compare with the very commit that was converted
+    source = resolve_source(src, revision=revision, log=log)
     cfg = load_config(source.path)
     ckpt = open_checkpoint(source.path)
     plan = make_plan(scan_checkpoint(ckpt, cfg), cfg, block["mode"], Sharding.from_block(block.get("sharding")))

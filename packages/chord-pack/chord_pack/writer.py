@@ -47,14 +47,23 @@ def build_header(entries: list[OutEntry], metadata: dict[str, str]) -> bytes:
 
 
 def write_shard(path: Path, entries: list[OutEntry], metadata: dict[str, str],
-                produce: Callable[[OutEntry], Chunks], on_bytes: Callable[[int], None]) -> int:
-    """Write one shard; ``produce(entry)`` yields that tensor's bytes. Returns the file size."""
+                produce: Callable[[OutEntry], Chunks], on_bytes: Callable[[int], None],
+                digest=None) -> int:
+    """Write one shard; ``produce(entry)`` yields that tensor's bytes. Returns the file size.
+
+    ``digest`` (a hashlib object), if given, is fed every byte written.
+    """
     with open(path, "wb") as f:
-        f.write(build_header(entries, metadata))
+        header = build_header(entries, metadata)
+        f.write(header)
+        if digest is not None:
+            digest.update(header)
         for e in entries:
             written = 0
             for chunk in produce(e):
                 f.write(chunk)
+                if digest is not None:
+                    digest.update(chunk)
                 written += len(chunk)
                 on_bytes(len(chunk))
             if written != e.nbytes:

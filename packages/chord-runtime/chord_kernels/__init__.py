@@ -6,7 +6,7 @@ first launch and kernels are compiled on first use (or ahead of time with
 """
 
 from .layouts import FORMAT_VERSION, PackedW4A16
-from .ops import contiguous, indexed, masked
+from .ops import contiguous, contiguous_offsets, indexed, masked
 
-__all__ = ["FORMAT_VERSION", "PackedW4A16", "contiguous", "indexed", "masked"]
+__all__ = ["FORMAT_VERSION", "PackedW4A16", "contiguous", "contiguous_offsets", "indexed", "masked"]
 __version__ = "0.1.0"

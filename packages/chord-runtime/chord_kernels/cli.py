@@ -39,7 +39,7 @@ def _cmd_precompile(args) -> int:
 
 
 def _cmd_profiles(args) -> int:
-    for name, (desc, _) in PROFILES.items():
+    for name, (desc, *_) in PROFILES.items():
         print(f"{name}: {desc}")
         for spec in profile_specs(name, args.arch):
             print(f"    {spec.describe()}")

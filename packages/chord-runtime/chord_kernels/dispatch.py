@@ -47,7 +47,7 @@ class IndexedProblem:
 
 
 @dataclass(frozen=True)
-class IndexedLaunch:
+class Launch:
     spec: KernelSpec
     rows_per_cta: int  # routed rows (tokens) one CTA covers
     cols_per_cta: int  # output columns (weight rows) one CTA covers
@@ -60,25 +60,25 @@ class IndexedLaunch:
         return (-(-problem.n // self.cols_per_cta), num_blocks * self.ctas_per_block(problem), 1)
 
 
-def indexed_simple(arch: str = DEFAULT_ARCH) -> IndexedLaunch:
+def indexed_simple(arch: str = DEFAULT_ARCH) -> Launch:
     """FP32-FMA kernel: the slow, obviously-correct baseline (kept for cross-checking)."""
     spec = KernelSpec(family="indexed_simple", header="indexed/w4a16_indexed_simple.cuh",
-                      body="chord::IndexedSimple", params_type="chord::IndexedParams",
+                      body="chord::IndexedSimple", params_type="chord::MoeParams",
                       template_args=(("BLOCK_K", BLOCK_K_BY_MODE["indexed"]),), threads=128, arch=arch)
-    return IndexedLaunch(spec, rows_per_cta=16, cols_per_cta=64)
+    return Launch(spec, rows_per_cta=16, cols_per_cta=64)
 
 
 SMEM_PER_SM = 227 * 1024  # usable shared memory per SM on H100/H200 (1 KB per CTA is reserved)
 
 
 def mma_smem_bytes(nt: int, tt: int, stage_k: int, stages: int) -> int:
-    """sizeof(IndexedMma::Smem): per stage the lanes' weight chunks, the CTA rows' scales and
-    the gathered activation rows (padded by 8 columns), then one int32 route per token."""
+    """sizeof(MmaTile::Smem): per stage the lanes' weight chunks, the CTA rows' scales and the
+    gathered activation rows (padded by 8 columns), then two int32 row indices per row."""
     rows, tokens = 64 * nt, 8 * tt
     weights = (stage_k // 64) * 4 * nt * 32 * 16
     scales = (stage_k // 32) * rows * 2
     acts = tokens * (stage_k + 8) * 2
-    return stages * (weights + scales + acts) + tokens * 4
+    return stages * (weights + scales + acts) + tokens * 2 * 4  # + a_row and out_row int32
 
 
 def mma_register_estimate(nt: int, tt: int) -> int:
@@ -89,19 +89,25 @@ def mma_register_estimate(nt: int, tt: int) -> int:
     return -(-int(est * 1.1) // 8) * 8
 
 
-def indexed_mma(nt: int, tt: int, stage_k: int, stages: int = 3, arch: str = DEFAULT_ARCH) -> IndexedLaunch:
-    """Swapped-operand mma.m16n8k16 kernel: 4 warps x ``nt`` 16-row weight tiles, 8*``tt`` tokens.
-    CTAs per SM follow from shared memory and registers (at most 4); __launch_bounds__ then caps
-    registers to match, so the occupancy asked for is the occupancy ptxas must fit."""
+def mma_launch(family: str, header: str, body: str, template_args: tuple, nt: int, tt: int,
+               stage_k: int, stages: int, arch: str) -> Launch:
+    """A tensor-core (common/w4a16_mma_tile.cuh) launch: 4 warps x ``nt`` 16-row weight tiles,
+    8*``tt`` rows. CTAs per SM follow from shared memory and registers (at most 4);
+    __launch_bounds__ then caps registers to match, so ptxas must fit the occupancy asked for."""
     smem = mma_smem_bytes(nt, tt, stage_k, stages)
     by_smem = SMEM_PER_SM // (smem + 1024)
     by_regs = 65536 // (128 * mma_register_estimate(nt, tt))
-    ctas_per_sm = max(1, min(4, by_smem, by_regs))
-    spec = KernelSpec(family="indexed_mma", header="indexed/w4a16_indexed_mma.cuh",
-                      body="chord::IndexedMma", params_type="chord::IndexedParams",
-                      template_args=(("NT", nt), ("TT", tt), ("STAGE_K", stage_k), ("STAGES", stages)),
-                      threads=128, min_blocks_per_sm=ctas_per_sm, arch=arch)
-    return IndexedLaunch(spec, rows_per_cta=8 * tt, cols_per_cta=4 * nt * 16, smem_bytes=smem)
+    spec = KernelSpec(family=family, header=header, body=body, params_type="chord::MoeParams",
+                      template_args=template_args, threads=128,
+                      min_blocks_per_sm=max(1, min(4, by_smem, by_regs)), arch=arch)
+    return Launch(spec, rows_per_cta=8 * tt, cols_per_cta=4 * nt * 16, smem_bytes=smem)
+
+
+def indexed_mma(nt: int, tt: int, stage_k: int, stages: int = 3, arch: str = DEFAULT_ARCH) -> Launch:
+    """Indexed routing on the mma tile (csrc/indexed/w4a16_indexed_mma.cuh)."""
+    return mma_launch("indexed_mma", "indexed/w4a16_indexed_mma.cuh", "chord::IndexedMma",
+                      (("NT", nt), ("TT", tt), ("STAGE_K", stage_k), ("STAGES", stages)),
+                      nt, tt, stage_k, stages, arch)
 
 
 TUNABLE = ("NT", "TT", "STAGE_K", "STAGES")
@@ -118,30 +124,32 @@ def parse_tuning(text: str) -> dict[str, int]:
     return out
 
 
-def choose_indexed_mma(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> IndexedLaunch:
-    # Tokens: cover the routing block in one CTA up to 64 rows (8 n8 tiles), so each dequantized
-    # weight serves the whole block; bigger blocks are split over several CTAs, each re-streaming
-    # the expert's weights (large prefill belongs to a WGMMA kernel).
-    tt = min(MAX_TOKEN_TILES, max(1, -(-problem.block_m // 8)))
+def mma_shape(n: int, k: int, rows: int) -> dict[str, int]:
+    """Tile config of the mma kernels for ``rows`` activation rows per tile (a routing block or
+    a grouped expert's expected rows), as measured on the H200 (docs/design/indexed-kernels.md)."""
+    # Rows: cover the block in one CTA up to 64 rows (8 n8 tiles), so each dequantized weight
+    # serves the whole block; bigger blocks are split over several CTAs, each re-streaming the
+    # expert's weights (large prefill belongs to a WGMMA kernel).
+    tt = min(MAX_TOKEN_TILES, max(1, -(-rows // 8)))
     # Weight rows per warp: more 16-row tiles cut the activation bytes re-read per weight byte,
-    # fewer make more CTAs. Measured on the H200 (docs/design/indexed-kernels.md, v5 sweep): 4
-    # tiles win once the token tile is 32+ rows, 2 at decode; narrow N (TP8 gate_up, N=512)
-    # keeps 1 so the grid still fills the machine.
-    if problem.n < 2048:
-        nt = 1
-    else:
-        nt = 4 if problem.block_m >= 32 else 2
+    # fewer make more CTAs. Measured (v5 sweep): 4 tiles win once the tile has 32+ rows, 2 at
+    # decode; narrow N (TP8 gate_up, N=512) keeps 1 so the grid still fills the machine.
+    nt = 1 if n < 2048 else 4 if rows >= 32 else 2
     # Stage width: 256 columns (fewer barriers, deeper bytes in flight) while the activation
-    # rows are few; narrower stages for big token tiles keep 2+ CTAs per SM in shared memory.
-    if problem.k % 256 == 0 and tt <= 2:
-        stage_k = 256
-    elif problem.k % 128 == 0:
-        stage_k = 128
-    else:
-        stage_k = 64
-    cfg = {"NT": nt, "TT": tt, "STAGE_K": stage_k, "STAGES": 3, **parse_tuning(tuning)}
-    if problem.k % cfg["STAGE_K"] or cfg["STAGE_K"] % 64 or not 1 <= cfg["TT"] <= MAX_TOKEN_TILES:
-        raise ValueError(f"tuning {cfg} does not fit K={problem.k} (STAGE_K must divide K, multiple of 64; TT 1..8)")
+    # rows are few; narrower stages for big row tiles keep 2+ CTAs per SM in shared memory.
+    stage_k = 256 if k % 256 == 0 and tt <= 2 else 128 if k % 128 == 0 else 64
+    return {"NT": nt, "TT": tt, "STAGE_K": stage_k, "STAGES": 3}
+
+
+def apply_tuning(cfg: dict[str, int], k: int, tuning: str) -> dict[str, int]:
+    cfg = {**cfg, **parse_tuning(tuning)}
+    if k % cfg["STAGE_K"] or cfg["STAGE_K"] % 64 or not 1 <= cfg["TT"] <= MAX_TOKEN_TILES:
+        raise ValueError(f"tuning {cfg} does not fit K={k} (STAGE_K must divide K, multiple of 64; TT 1..8)")
+    return cfg
+
+
+def choose_indexed_mma(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
+    cfg = apply_tuning(mma_shape(problem.n, problem.k, problem.block_m), problem.k, tuning)
     return indexed_mma(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
 
 
@@ -154,7 +162,7 @@ def indexed_tuning() -> str:
 
 
 def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: str = "mma",
-                   tuning: str = "") -> IndexedLaunch:
+                   tuning: str = "") -> Launch:
     if family not in INDEXED_FAMILIES:
         raise ValueError(f"CHORD_W4A16_INDEXED_KERNEL={family!r}; expected one of {', '.join(INDEXED_FAMILIES)}")
     launch = indexed_simple(arch) if family == "simple" else choose_indexed_mma(problem, arch, tuning)
@@ -162,23 +170,79 @@ def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: st
     return launch
 
 
-def indexed_profile_launches(n: int, k: int, arch: str = DEFAULT_ARCH) -> list[IndexedLaunch]:
+def indexed_profile_launches(n: int, k: int, arch: str = DEFAULT_ARCH) -> list[Launch]:
     """Every launch the heuristic can pick for a projection shape (block_m 1..32 and larger)."""
-    seen: dict[str, IndexedLaunch] = {}
+    seen: dict[str, Launch] = {}
     for block_m in (8, 16, 24, 32, 40, 48, 56, 64):
         launch = choose_indexed_mma(IndexedProblem(n, k, 1, 1, block_m), arch)
         seen.setdefault(launch.spec.symbol, launch)
     return list(seen.values())
 
 
-def indexed_reachable_launches(arch: str = DEFAULT_ARCH) -> list[IndexedLaunch]:
+def indexed_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
     """Every indexed launch the dispatch can pick for any shape (CI compiles all of them):
     the heuristic's branches are N below/above 2048 and K a multiple of 256 or only of 64."""
-    seen: dict[str, IndexedLaunch] = {indexed_simple(arch).spec.symbol: indexed_simple(arch)}
+    seen: dict[str, Launch] = {indexed_simple(arch).spec.symbol: indexed_simple(arch)}
     for n in (512, 4096):
         for k in (256, 320):
             for launch in indexed_profile_launches(n, k, arch):
                 seen.setdefault(launch.spec.symbol, launch)
+    return list(seen.values())
+
+
+# Grouped family: rows already grouped by expert. Routing names -> csrc Routing enum values.
+GROUPED_ROUTINGS = {"contiguous": 1, "contiguous_offsets": 2, "masked": 3}
+
+
+@dataclass(frozen=True)
+class GroupedProblem:
+    routing: str  # a key of GROUPED_ROUTINGS
+    n: int
+    k: int
+    num_experts: int
+    rows_per_expert: int  # expected rows per expert: expected_m, or rows / experts (a hint)
+    block_k: int  # the packed weight's BLOCK_K (64 contiguous, 128 masked)
+
+
+def grouped_tile_rows(rows_per_expert: int) -> int:
+    """Rows per tile: the smallest power of two in 8..64 holding an expert's expected rows. A
+    power of two divides the 128-row segment alignment of the DeepGEMM contiguous form, so a
+    tile never straddles two experts."""
+    return next((b for b in BLOCK_M_CHOICES if rows_per_expert <= b), BLOCK_M_CHOICES[-1])
+
+
+def grouped_mma(routing: str, nt: int, tt: int, stage_k: int, block_k: int, stages: int = 3,
+                arch: str = DEFAULT_ARCH) -> Launch:
+    """Grouped routing on the mma tile (csrc/grouped/w4a16_grouped_mma.cuh)."""
+    return mma_launch("grouped_mma", "grouped/w4a16_grouped_mma.cuh", "chord::GroupedMma",
+                      (("ROUTING", GROUPED_ROUTINGS[routing]), ("NT", nt), ("TT", tt), ("STAGE_K", stage_k),
+                       ("STAGES", stages), ("BLOCK_K", block_k)),
+                      nt, tt, stage_k, stages, arch)
+
+
+def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH) -> Launch:
+    """Grouped dispatch owns its layout search: no block_m or tuning overrides (by design)."""
+    if problem.routing not in GROUPED_ROUTINGS:
+        raise ValueError(f"unknown grouped routing {problem.routing!r}")
+    cfg = mma_shape(problem.n, problem.k, grouped_tile_rows(problem.rows_per_expert))
+    launch = grouped_mma(problem.routing, cfg["NT"], cfg["TT"], cfg["STAGE_K"], problem.block_k, cfg["STAGES"], arch)
+    report_choice(problem, launch.spec)
+    return launch
+
+
+def grouped_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
+    """Every grouped launch the dispatch can pick (CI compiles all of them)."""
+    seen: dict[str, Launch] = {}
+    for routing in GROUPED_ROUTINGS:
+        for block_k in (64, 128):
+            for n in (512, 4096):
+                for k in (256, 320, 7168):
+                    if k % block_k:
+                        continue
+                    for rows in BLOCK_M_CHOICES:
+                        cfg = mma_shape(n, k, rows)
+                        launch = grouped_mma(routing, cfg["NT"], cfg["TT"], cfg["STAGE_K"], block_k, cfg["STAGES"], arch)
+                        seen.setdefault(launch.spec.symbol, launch)
     return list(seen.values())
 
 

@@ -38,18 +38,20 @@ def unpack_codes_along_k(packed: torch.Tensor) -> torch.Tensor:
 
 
 def _or_nibbles(nib: torch.Tensor) -> torch.Tensor:
-    """int32 ``[..., 8]`` nibbles -> int32 ``[...]``: nibble j goes to bits 4j..4j+3 (int32 wraps)."""
-    shifted = torch.bitwise_left_shift(nib & 0xF, _SHIFTS.to(nib.device))
-    word = shifted[..., 0]
-    for j in range(1, CODES_PER_WORD):
-        word = word | shifted[..., j]
-    return word
+    """int32 ``[..., 8]`` nibbles -> int32 ``[...]``: nibble j goes to bits 4j..4j+3 (int32 wraps).
+
+    Works on the little-endian bytes: nibble pairs merge into one byte each, four bytes are a word.
+    """
+    pairs = (nib & 0xF).to(torch.uint8).contiguous().view(torch.int16)  # [..., 4]: lo | hi << 8
+    packed = ((pairs | (pairs >> 4)) & 0xFF).to(torch.uint8)  # [..., 4] bytes
+    return packed.contiguous().view(torch.int32)[..., 0]
 
 
 def _split_nibbles(words: torch.Tensor) -> torch.Tensor:
     """int32 ``[...]`` -> uint8 ``[..., 8]``: nibble j is bits 4j..4j+3."""
-    shifted = torch.bitwise_right_shift(words.unsqueeze(-1), _SHIFTS.to(words.device))
-    return (shifted & 0xF).to(torch.uint8)
+    b = words.contiguous().reshape(-1).view(torch.uint8).reshape(*words.shape, 4).to(torch.int16)
+    pairs = (b | (b << 4)) & 0x0F0F  # per byte: low nibble in the low byte, high nibble in the high byte
+    return pairs.view(torch.uint8).reshape(*words.shape, 8)
 
 
 def dequantize_codes(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

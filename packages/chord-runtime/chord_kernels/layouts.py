@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .int4 import GROUP_SIZE, _or_nibbles, _split_nibbles, check_scale_shape
+from .int4 import GROUP_SIZE, check_scale_shape
 
 FORMAT_VERSION = 1
 TILE = 16
@@ -117,25 +117,69 @@ def _code_view_shape(e: int, n: int, k: int, block_k: int) -> tuple[int, ...]:
     return (e, n // TILE, 2, 8, k // block_k, block_k // TILE, 2, 4, 2)
 
 
+# Byte masks for the 64-bit shuffles below (all fit a signed int64).
+_M4 = 0x0F0F0F0F0F0F0F0F
+_M8 = 0x00FF00FF00FF00FF
+_M16 = 0x0000FFFF0000FFFF
+_M32 = 0xFFFFFFFF
+
+
+def _spread_bytes(x: torch.Tensor) -> torch.Tensor:
+    """int64 holding 4 bytes in its low half -> the same bytes at byte positions 0, 2, 4, 6."""
+    x = (x | (x << 16)) & _M16
+    return (x | (x << 8)) & _M8
+
+
+def _gather_bytes(x: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`_spread_bytes` (bytes 0, 2, 4, 6 -> bytes 0..3)."""
+    x = (x | (x >> 8)) & _M16
+    return (x | (x >> 16)) & _M32
+
+
 def tile_codes(codes: torch.Tensor, block_k: int) -> torch.Tensor:
-    """uint8 codes [E, N, K] -> int32 qweight [E, N/16, K/BK, 32, BK/16] (format v1)."""
+    """uint8 codes [E, N, K] -> int32 qweight [E, N/16, K/BK, 32, BK/16] (format v1).
+
+    The same map as :data:`_CODES_TO_WORDS` (nibble ``4*cl + 2*ch + rh`` of word
+    ``[e, nt, kb, 4*g + cq, kt]``), computed on 64-bit lanes of the little-endian bytes instead
+    of a 9-d permute of int32 nibbles: (1) rows ``g`` and ``g + 8`` of a 16-row tile merge into
+    one byte per column (low nibble ``rh = 0``); an int64 then holds the 8 bytes
+    ``(cq, cl)`` of one ``(kb, kt, ch)``; (2) interleaving the bytes of the ``ch = 0`` and
+    ``ch = 1`` int64s gives each word's bytes in order ``2*cl + ch``; (3) one int32 permute puts
+    the words in ``[kb, lane, kt]`` order. Bit-identical to the nibble formulation (tested).
+    """
     if codes.dtype != torch.uint8 or codes.dim() != 3:
         raise TypeError(f"codes must be uint8 [E, N, K], got {codes.dtype} {tuple(codes.shape)}")
     e, n, k = codes.shape
     check_problem_dims(n, k, block_k)
-    v = codes.reshape(_code_view_shape(e, n, k, block_k)).permute(_CODES_TO_WORDS)
-    nib = v.reshape(e, n // TILE, k // block_k, LANES, block_k // TILE, 8).to(torch.int32)
-    return _or_nibbles(nib).contiguous()
+    nt, kb, kt = n // TILE, k // block_k, block_k // TILE
+    codes = codes.contiguous()
+    if codes.storage_offset() % 8:
+        codes = codes.clone()
+    v = codes.view(torch.int64).reshape(e, nt, 2, 8, k // 8)  # [E, nt, rh, g, k/8]
+    pair = ((v[:, :, 0] & _M4) | ((v[:, :, 1] & _M4) << 4)).reshape(e, nt, 8, kb, kt, 2)
+    lo, hi = pair[..., 0], pair[..., 1]  # ch = 0, 1; bytes (cq, cl)
+    w = torch.empty(e, nt, 8, kb, kt, 2, dtype=torch.int64, device=codes.device)
+    w[..., 0] = _spread_bytes(lo & _M32) | (_spread_bytes(hi & _M32) << 8)  # cq 0, 1
+    w[..., 1] = _spread_bytes((lo >> 32) & _M32) | (_spread_bytes((hi >> 32) & _M32) << 8)  # cq 2, 3
+    words = w.view(torch.int32).reshape(e, nt, 8, kb, kt, 4)  # [E, nt, g, kb, kt, cq]
+    return words.permute(0, 1, 3, 2, 5, 4).reshape(e, nt, kb, LANES, kt)
 
 
 def untile_codes(qweight: torch.Tensor, block_k: int) -> torch.Tensor:
-    """Inverse of :func:`tile_codes`."""
+    """Inverse of :func:`tile_codes` (the same byte shuffles, run backwards)."""
     e, nt, kb = qweight.shape[:3]
-    n, k = nt * TILE, kb * block_k
-    nib = _split_nibbles(qweight)  # [E, nt, kb, 32, kt, 8]
-    words_view = (e, nt, kb, 8, 4, block_k // TILE, 2, 2, 2)  # [.., g, cq, kt, cl, ch, rh]
-    inverse = [_CODES_TO_WORDS.index(i) for i in range(9)]
-    return nib.reshape(words_view).permute(inverse).reshape(e, n, k).contiguous()
+    n, k, kt = nt * TILE, kb * block_k, block_k // TILE
+    w = qweight.reshape(e, nt, kb, 8, 4, kt).permute(0, 1, 3, 2, 5, 4).contiguous()
+    w = w.view(torch.int64)  # [E, nt, g, kb, kt, cq pair]
+    c01, c23 = w[..., 0], w[..., 1]
+    pair = torch.empty(e, nt, 8, kb, kt, 2, dtype=torch.int64, device=qweight.device)
+    pair[..., 0] = _gather_bytes(c01 & _M8) | (_gather_bytes(c23 & _M8) << 32)
+    pair[..., 1] = _gather_bytes((c01 >> 8) & _M8) | (_gather_bytes((c23 >> 8) & _M8) << 32)
+    pair = pair.reshape(e, nt, 8, k // 8)
+    out = torch.empty(e, nt, 2, 8, k // 8, dtype=torch.int64, device=qweight.device)
+    torch.bitwise_and(pair, _M4, out=out[:, :, 0])
+    torch.bitwise_and(pair >> 4, _M4, out=out[:, :, 1])
+    return out.view(torch.uint8).reshape(e, n, k)
 
 
 def pack_w4a16(codes: torch.Tensor, scale: torch.Tensor, mode: str) -> PackedW4A16:

@@ -1,0 +1,48 @@
+// Launch parameters shared by every W4A16 MoE kernel family. One struct for all routings, so
+// the host packs one layout (chord_kernels/ops.py, MOE_PARAMS) and each family reads its fields.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <stddef.h>
+#include <stdint.h>
+
+namespace chord {
+
+// How a kernel finds its rows (the ROUTING template argument of the grouped family).
+enum Routing : int {
+  kIndexed = 0,        // vLLM moe_align_block_size: sorted_ids / expert_ids / num_tokens_padded
+  kContiguousRows = 1,  // DeepGEMM contiguous: m_indices per row, -1 padding, aligned segments
+  kContiguousOffsets = 2,  // vLLM grouped_contiguous: expert_offsets [E+1], no alignment
+  kMasked = 3,         // [E, max_m] rows, masked_m valid per expert
+};
+
+struct MoeParams {
+  const __nv_bfloat16* a;          // activations, row stride lda
+  const int32_t* qweight;          // [E, N/16, K/BLOCK_K, 32, BLOCK_K/16]
+  const __nv_bfloat16* scale;      // [E, K/32, N]
+  __nv_bfloat16* out;              // row stride ldc
+  const int32_t* sorted_ids;       // indexed: [sorted_len]
+  const int32_t* expert_ids;       // indexed: [num_blocks]
+  const int32_t* num_tokens_padded;  // indexed: [1], on the device
+  const int32_t* m_indices;        // contiguous rows: [num_routes], expert per row, -1 = padding
+  const int64_t* expert_offsets;   // contiguous offsets: [num_experts + 1]
+  const int32_t* masked_m;         // masked: [num_experts], valid rows per expert
+  int64_t lda;
+  int64_t ldc;
+  int32_t num_routes;  // indexed: M * top_k, also the padding sentinel; grouped: rows of a/out
+  int32_t n;
+  int32_t k;
+  int32_t top_k;       // indexed: activation row = route / top_k
+  int32_t num_experts;
+  int32_t block_m;     // indexed: routing block size (moe_align_block_size)
+  int32_t num_blocks;  // indexed: entries of expert_ids that may be read
+  int32_t ctas_per_block;  // indexed: CTAs per routing block; masked: CTAs per expert
+  int32_t sorted_len;      // indexed: entries of sorted_ids that may be read
+  int32_t max_m;           // masked: rows reserved per expert
+};
+// The host packs this struct by hand: keep them in step.
+static_assert(sizeof(MoeParams) == 136, "MoeParams layout changed: update chord_kernels/ops.py");
+static_assert(offsetof(MoeParams, lda) == 80 && offsetof(MoeParams, num_routes) == 96,
+              "MoeParams layout changed: update chord_kernels/ops.py");
+
+}  // namespace chord

@@ -1,0 +1,172 @@
+// The W4A16 MoE tile shared by the tensor-core kernel families (indexed, grouped): once a family
+// has located its tile (one expert, up to kTok rows with their activation and output rows), this
+// computes out[rows, CTA's N range] = a[rows] @ dequant(W[expert])^T with operands swapped.
+//
+// Few rows per expert make the problem weight-bandwidth bound, so the dequantized weights fill
+// MMA-M: each warp owns NT 16-row tiles of W and runs mma.m16n8k16 with the tile's rows as the
+// n8 side (TT tiles of 8 rows). Weights (one 16-byte chunk per lane per 16x64 piece of the packed
+// format), the CTA's scales and the gathered activation rows all stream through one cp.async ring
+// in shared memory, STAGES-1 stages ahead of the MMAs; several CTAs per SM keep enough bytes in
+// flight to cover HBM latency. Dequant: lop3 to BF16 128+u, subtract 136, multiply by the group
+// scale (bit-identical to the reference's bf16((u-8)*s)).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "common/mma_sm80.cuh"
+#include "common/moe_params.cuh"
+#include "common/w4a16_fragment.cuh"
+
+namespace chord {
+
+template <int NT, int TT, int STAGE_K, int STAGES, int BLOCK_K>
+struct MmaTile {
+  static constexpr int kSubK = 64;  // K columns per lane chunk: 4 fragment words = 16 bytes
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kRows = kWarps * NT * kTile;  // weight rows (output columns) per CTA
+  static constexpr int kTok = 8 * TT;                // activation rows per CTA
+  static constexpr int kSubsPerStage = STAGE_K / kSubK;
+  static constexpr int kGroupsPerStage = STAGE_K / kGroupSize;
+  static constexpr int kActStride = STAGE_K + 8;  // +16 B: ldmatrix rows hit distinct banks
+  static_assert(STAGE_K % kSubK == 0, "STAGE_K must be a multiple of 64");
+  static_assert(BLOCK_K % kSubK == 0, "the packed BLOCK_K must be a multiple of 64");
+
+  // One ring of STAGES stages in dynamic shared memory (the host passes
+  // chord_kernels.dispatch mma_smem_bytes(), which mirrors sizeof(Smem)). A stage holds STAGE_K
+  // columns of everything the CTA reads: each lane's weight chunks, the scales of the CTA's
+  // rows and the gathered activation rows. The family fills a_row / out_row (-1 = no row).
+  struct Smem {
+    uint4 w[STAGES][kSubsPerStage][kWarps][NT][32];
+    __nv_bfloat16 scale[STAGES][kGroupsPerStage][kRows];
+    __nv_bfloat16 act[STAGES][kTok][kActStride];
+    int32_t a_row[kTok];
+    int32_t out_row[kTok];
+  };
+
+  __device__ static Smem& smem() {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    if (dynamic_smem_bytes() < sizeof(Smem)) __trap();  // host and device disagree: fail loudly
+    return *reinterpret_cast<Smem*>(smem_raw);
+  }
+
+  // Index of the 16-byte chunk of (expert, n-tile, 64-wide sub-block) for a lane, in int32 words.
+  __device__ static int64_t chunk_word(int expert, int tile, int sub, int lane, int n_tiles, int k_blocks) {
+    constexpr int kSubsPerBlock = BLOCK_K / kSubK;
+    return ((((int64_t)expert * n_tiles + tile) * k_blocks + sub / kSubsPerBlock) * 32 + lane) * (BLOCK_K / kTile) +
+           (sub % kSubsPerBlock) * 4;
+  }
+
+  // Requires sm.a_row / sm.out_row filled and a barrier after it.
+  __device__ static void run(const MoeParams& p, Smem& sm, int expert) {
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int n_tiles = p.n / kTile;
+    const int k_blocks = p.k / BLOCK_K;
+    const int k_groups = p.k / kGroupSize;
+    const int num_stages = p.k / STAGE_K;
+    const int row0 = blockIdx.x * kRows;         // first weight row of the CTA
+    const int tile0 = row0 / kTile + warp * NT;  // this warp's first n-tile
+
+    auto load_stage = [&](int s) {
+      if (s < num_stages) {
+        const int slot = s % STAGES;
+        // Weights: each lane fetches (and later reads back) its own 16-byte fragment chunks.
+#pragma unroll
+        for (int j = 0; j < kSubsPerStage; ++j) {
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            const int tile = min(tile0 + t, n_tiles - 1);  // clamp: tiles past N compute, never store
+            cp_async_16(&sm.w[slot][j][warp][t][lane],
+                        p.qweight + chunk_word(expert, tile, s * kSubsPerStage + j, lane, n_tiles, k_blocks), 16);
+          }
+        }
+        // Scales of the CTA's rows for this stage's groups, 8 per 16-byte chunk (N % 16 == 0).
+        constexpr int kScaleChunks = kGroupsPerStage * kRows / 8;
+        for (int c = tid; c < kScaleChunks; c += kThreads) {
+          const int grp = c / (kRows / 8), col = (c % (kRows / 8)) * 8;
+          const bool valid = row0 + col < p.n;
+          const __nv_bfloat16* src =
+              p.scale + ((int64_t)expert * k_groups + s * kGroupsPerStage + grp) * p.n + (valid ? row0 + col : 0);
+          cp_async_16(&sm.scale[slot][grp][col], src, valid ? 16 : 0);
+        }
+        // Activations: the tile's gathered rows, 16 bytes at a time; missing rows read as zero.
+        constexpr int kChunksPerRow = STAGE_K / 8;
+        for (int c = tid; c < kTok * kChunksPerRow; c += kThreads) {
+          const int row = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+          const int a_row = sm.a_row[row];
+          const __nv_bfloat16* src = p.a + (a_row >= 0 ? (int64_t)a_row * p.lda : 0) + (int64_t)s * STAGE_K + col;
+          cp_async_16(&sm.act[slot][row][col], src, a_row >= 0 ? 16 : 0);
+        }
+      }
+      cp_async_commit();  // always commit, so group counting stays uniform
+    };
+
+    float acc[NT][TT][4] = {};
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) load_stage(s);
+
+    for (int s = 0; s < num_stages; ++s) {
+      cp_async_wait<STAGES - 2>();
+      __syncthreads();  // stage s landed for everyone; stage s-1's slot is free to refill
+      load_stage(s + STAGES - 1);
+      const int slot = s % STAGES;
+      const __nv_bfloat16(*act)[kActStride] = sm.act[slot];
+#pragma unroll
+      for (int j = 0; j < kSubsPerStage; ++j) {
+        uint4 w[NT];
+        __nv_bfloat162 s_lo[NT][2], s_hi[NT][2];  // per tile and scale group: rows g and g+8
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          w[t] = sm.w[slot][j][warp][t][lane];
+          const int r = (warp * NT + t) * kTile + lane / 4;
+#pragma unroll
+          for (int grp = 0; grp < 2; ++grp) {
+            s_lo[t][grp] = __bfloat162bfloat162(sm.scale[slot][j * 2 + grp][r]);
+            s_hi[t][grp] = __bfloat162bfloat162(sm.scale[slot][j * 2 + grp][r + 8]);
+          }
+        }
+#pragma unroll
+        for (int kp = 0; kp < 2; ++kp) {  // pairs of 16-wide k tiles: one ldmatrix.x4 per 8 rows
+          uint32_t b[TT][4];  // b[tt][0..1]: k tile 2*kp, b[tt][2..3]: k tile 2*kp+1
+#pragma unroll
+          for (int tt = 0; tt < TT; ++tt) {
+            const int quad = lane / 8;  // matrix this lane addresses: (tile, k half) of the pair
+            ldmatrix_x4(b[tt], &act[tt * 8 + lane % 8][j * kSubK + (2 * kp + quad / 2) * kTile + (quad % 2) * 8]);
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int kt = 2 * kp + h;
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+              const uint32_t word = kt == 0 ? w[t].x : kt == 1 ? w[t].y : kt == 2 ? w[t].z : w[t].w;
+              uint32_t afrag[4];
+              dequantize_fragment(word, s_lo[t][kp], s_hi[t][kp], afrag);
+#pragma unroll
+              for (int tt = 0; tt < TT; ++tt) mma_m16n8k16_bf16(acc[t][tt], afrag, b[tt][2 * h], b[tt][2 * h + 1]);
+            }
+          }
+        }
+      }
+    }
+    cp_async_wait<0>();
+
+    // D fragment: d0,d1 = weight row g, rows 2q, 2q+1 of the tile; d2,d3 = weight row g+8.
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const int tile = tile0 + t;
+      if (tile >= n_tiles) continue;
+      const int col = tile * kTile + lane / 4;
+#pragma unroll
+      for (int tt = 0; tt < TT; ++tt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int out_row = sm.out_row[tt * 8 + 2 * (lane % 4) + (i & 1)];
+          if (out_row >= 0) p.out[(int64_t)out_row * p.ldc + col + 8 * (i >> 1)] = __float2bfloat16_rn(acc[t][tt][i]);
+        }
+      }
+    }
+  }
+};
+
+}  // namespace chord

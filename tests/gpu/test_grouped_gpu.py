@@ -1,0 +1,155 @@
+"""The grouped kernels on the GPU against the fp32 reference: DeepGEMM contiguous (m_indices,
+128-row aligned, -1 padding), vLLM contiguous (expert offsets, no alignment) and masked
+(masked_m authoritative, expected_m a hint). Outputs poisoned first; padding rows and rows past
+masked_m are never written into; graph capture with counts changed between replays."""
+
+import pytest
+import torch
+from chord_kernels import contiguous, contiguous_offsets, layouts, masked, routing
+from chord_kernels.int4 import GROUP_SIZE, dequantize_codes
+
+pytestmark = pytest.mark.gpu
+POISON = float("nan")
+
+
+def weights(e, n, k, mode, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    codes = torch.randint(0, 16, (e, n, k), generator=g, device="cuda", dtype=torch.uint8)
+    scale = (torch.rand(e, n, k // GROUP_SIZE, generator=g, device="cuda") * 0.02 + 1e-3).to(torch.bfloat16)
+    return codes, scale, layouts.pack_w4a16(codes, scale, mode)
+
+
+def ref_rows(a, codes, scale, rows, experts):
+    """fp32 a[rows] @ W[experts]^T, one expert at a time."""
+    out = torch.empty(rows.numel(), codes.shape[1], device="cuda")
+    for e in experts.unique().tolist():
+        sel = experts == e
+        out[sel] = a[rows[sel]].float() @ dequantize_codes(codes[e], scale[e]).float().t()
+    return out
+
+
+def check(got, want):
+    assert torch.isfinite(got).all(), "NaN/Inf (or an unwritten poisoned row) in valid rows"
+    if want.numel():
+        rel = ((got.float() - want).norm() / want.norm()).item()
+        assert rel <= 5e-3, f"relative Frobenius error {rel:.2e}"
+
+
+SHAPES = {"ep8_gate_up": (48, 4096, 7168), "ep8_down": (48, 7168, 2048), "ep32_down": (12, 7168, 2048),
+          "small": (5, 80, 384)}
+
+
+def counts_for(e, total, skew, seed):
+    g = torch.Generator().manual_seed(seed)
+    p = (-torch.log(torch.rand(e, generator=g))) if skew else torch.ones(e)
+    picks = torch.multinomial(p, total, replacement=True, generator=g) if total else torch.empty(0, dtype=torch.long)
+    return torch.bincount(picks, minlength=e)
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("total,skew", [(0, False), (7, False), (150, True), (1500, False)])
+def test_contiguous_m_indices(shape, total, skew):
+    e, n, k = SHAPES[shape]
+    codes, scale, packed = weights(e, n, k, "contiguous")
+    counts = counts_for(e, total, skew, seed=total)
+    aligned = ((counts + 127) // 128) * 128
+    m = max(int(aligned.sum()), 128)
+    m_indices = torch.full((m,), -1, dtype=torch.int32)
+    start = 0
+    for ex, (c, a_) in enumerate(zip(counts.tolist(), aligned.tolist(), strict=True)):
+        m_indices[start:start + c] = ex
+        start += a_
+    m_indices = m_indices.cuda()
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    out = torch.full((m, n), POISON, dtype=torch.bfloat16, device="cuda")
+    contiguous(a, packed, m_indices, out, validate=True)
+    torch.cuda.synchronize()
+    rows = (m_indices >= 0).nonzero().flatten()
+    check(out[rows], ref_rows(a, codes, scale, rows, m_indices[rows].long()))
+    assert torch.isnan(out[m_indices < 0].float()).all(), "a padding (-1) row was written"
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("total,skew", [(1, False), (37, True), (900, False)])
+def test_contiguous_offsets_unaligned(shape, total, skew):
+    e, n, k = SHAPES[shape]
+    codes, scale, packed = weights(e, n, k, "contiguous")
+    counts = counts_for(e, total, skew, seed=total + 1)
+    offsets = routing.counts_to_offsets(counts.to(torch.int32)).cuda()
+    m = total + 13  # vLLM's buffers are over-allocated: rows past offsets[-1] must stay untouched
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    out = torch.full((m, n), POISON, dtype=torch.bfloat16, device="cuda")
+    contiguous_offsets(a, packed, offsets, out, expected_m=max(1, total // e), validate=True)
+    torch.cuda.synchronize()
+    experts = torch.repeat_interleave(torch.arange(e), counts).cuda()
+    rows = torch.arange(total, device="cuda")
+    check(out[:total], ref_rows(a, codes, scale, rows, experts))
+    assert torch.isnan(out[total:].float()).all(), "a row past expert_offsets[-1] was written"
+
+
+@pytest.mark.parametrize("shape", ["ep8_gate_up", "ep32_down", "small"])
+@pytest.mark.parametrize("expected_m", [1, 9, 40, 500])  # far below and far above the truth
+@pytest.mark.parametrize("three_d", [False, True])
+def test_masked(shape, expected_m, three_d):
+    e, n, k = SHAPES[shape]
+    codes, scale, packed = weights(e, n, k, "masked")
+    max_m = 64
+    counts = counts_for(e, 9 * e, skew=True, seed=expected_m).clamp_max(max_m)
+    counts[0] = 0  # an empty expert
+    masked_m = counts.to(torch.int32).cuda()
+    a3 = torch.randn(e, max_m, k, device="cuda").to(torch.bfloat16)
+    out = torch.full((e * max_m, n), POISON, dtype=torch.bfloat16, device="cuda")
+    masked(a3 if three_d else a3.reshape(e * max_m, k), packed, masked_m, expected_m, out, validate=True)
+    torch.cuda.synchronize()
+    valid = (torch.arange(max_m, device="cuda")[None, :] < masked_m[:, None]).reshape(-1)
+    rows = valid.nonzero().flatten()
+    check(out[rows], ref_rows(a3.reshape(-1, k), codes, scale, rows, rows // max_m))
+    assert torch.isnan(out[~valid].float()).all(), "a row past masked_m was written"
+
+
+def test_all_experts_empty_and_wrong_mode():
+    e, n, k = SHAPES["small"]
+    _, _, packed = weights(e, n, k, "masked")
+    out = torch.full((e * 8, n), POISON, dtype=torch.bfloat16, device="cuda")
+    masked(torch.randn(e * 8, k, device="cuda").to(torch.bfloat16), packed, torch.zeros(e, dtype=torch.int32, device="cuda"), 4, out)
+    torch.cuda.synchronize()
+    assert torch.isnan(out.float()).all()
+    with pytest.raises(ValueError, match="packed for mode 'masked'"):
+        contiguous(torch.zeros(128, k, device="cuda", dtype=torch.bfloat16), packed,
+                   torch.zeros(128, dtype=torch.int32, device="cuda"))
+
+
+def test_graph_capture_counts_change_between_replays():
+    e, n, k = SHAPES["ep32_down"]
+    codes, scale, packed = weights(e, n, k, "masked")
+    max_m = 32
+    masked_m = torch.zeros(e, dtype=torch.int32, device="cuda")
+    offsets = torch.zeros(e + 1, dtype=torch.int64, device="cuda")
+    _, _, packed_c = weights(e, n, k, "contiguous")
+    a = torch.randn(e * max_m, k, device="cuda").to(torch.bfloat16)
+    out_m = torch.empty(e * max_m, n, dtype=torch.bfloat16, device="cuda")
+    out_c = torch.empty(e * max_m, n, dtype=torch.bfloat16, device="cuda")
+    masked(a, packed, masked_m, 8, out_m)  # warm up: compile + load outside the capture
+    contiguous_offsets(a, packed_c, offsets, out_c, expected_m=8)
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with torch.cuda.graph(graph):
+            masked(a, packed, masked_m, 8, out_m)
+            contiguous_offsets(a, packed_c, offsets, out_c, expected_m=8)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for seed in (1, 2, 3):
+        counts = counts_for(e, 8 * e, skew=True, seed=seed).clamp_max(max_m)
+        masked_m.copy_(counts.to(torch.int32))
+        offsets.copy_(routing.counts_to_offsets(counts.to(torch.int32)))
+        out_m.fill_(POISON)
+        out_c.fill_(POISON)
+        graph.replay()
+        torch.cuda.synchronize()
+        valid = (torch.arange(max_m, device="cuda")[None, :] < masked_m[:, None]).reshape(-1)
+        rows = valid.nonzero().flatten()
+        check(out_m[rows], ref_rows(a, codes, scale, rows, rows // max_m))
+        total = int(counts.sum())
+        experts = torch.repeat_interleave(torch.arange(e), counts).cuda()
+        check(out_c[:total], ref_rows(a, codes, scale, torch.arange(total, device="cuda"), experts))
