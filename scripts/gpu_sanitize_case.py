@@ -20,3 +20,17 @@ for family in ("mma", "simple"):
         out = indexed(a, packed, sorted_ids, expert_ids, ntp, top_k, block_m)
         torch.cuda.synchronize()
         print(f"sanitize case ok: {family} E={e} N={n} K={k} block_m={block_m}", tuple(out.shape))
+
+# Grouped family: contiguous offsets (unaligned, over-allocated rows) and masked (rows past masked_m).
+from chord_kernels import contiguous_offsets, masked  # noqa: E402
+
+e, n, k = 4, 80, 256
+codes = torch.randint(0, 16, (e, n, k), generator=g, dtype=torch.uint8)
+scale = (torch.rand(e, n, k // 32, generator=g) * 0.05).to(torch.bfloat16)
+counts = torch.tensor([3, 0, 17, 9], dtype=torch.int32)
+offsets = routing.counts_to_offsets(counts).to("cuda")
+a = torch.randn(40, k, generator=g).to(torch.bfloat16).to("cuda")
+contiguous_offsets(a, layouts.pack_w4a16(codes, scale, "contiguous").to("cuda"), offsets, expected_m=8)
+masked(a[:32], layouts.pack_w4a16(codes, scale, "masked").to("cuda"), counts.clamp_max(8).to("cuda"), 4)
+torch.cuda.synchronize()
+print("sanitize case ok: grouped contiguous_offsets + masked")

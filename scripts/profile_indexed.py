@@ -8,7 +8,6 @@ Cases are Kimi EP8 shapes at a decode and a mid-batch point (routing as in the b
 import sys
 
 import torch
-
 from chord_kernels import dispatch, indexed, layouts, routing
 
 CASES = {  # name: (N, K, top_k as the kernel sees it, T)
