@@ -13,12 +13,6 @@ import torch
 
 from ..errors import not_supported
 
-_GROUPED_NOT_BUILT = (
-    "Chord's grouped {kind} kernel is not built for CUDA yet (it runs only the CPU reference today; "
-    "chord_kernels raises NotImplementedError). Serve with VLLM_HUMMING_MOE_GEMM_TYPE=indexed, which runs "
-    "Chord's indexed kernels with or without expert parallelism")
-
-
 @torch.library.custom_op("humming::chord_moe_gemm", mutates_args=("outputs",))
 def chord_moe_gemm(inputs: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, outputs: torch.Tensor,
                    sorted_ids: torch.Tensor | None, expert_ids: torch.Tensor | None,
@@ -26,21 +20,19 @@ def chord_moe_gemm(inputs: torch.Tensor, qweight: torch.Tensor, scale: torch.Ten
                    mode: str, block_k: int, top_k: int, block_m: int, expected_m: int) -> None:
     """``outputs`` <- the MoE GEMM of ``inputs`` with the packed weight, routed per ``mode``."""
     import chord_kernels
-    from chord_kernels import routing
     from chord_kernels.layouts import PackedW4A16
 
     packed = PackedW4A16(mode=mode, qweight=qweight, scale=scale, block_k=block_k)
+    out = outputs.view(-1, outputs.shape[-1])
     if mode == "indexed":
-        chord_kernels.indexed(inputs, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, block_m, out=outputs)
-        return
-    if inputs.is_cuda:
-        raise NotImplementedError(_GROUPED_NOT_BUILT.format(kind="contiguous" if mode == "contiguous" else "masked"))
-    if mode == "contiguous":
-        m_indices = routing.offsets_to_m_indices(expert_layout, inputs.shape[0])
-        result = chord_kernels.contiguous(inputs, packed, m_indices)
-    else:
-        result = chord_kernels.masked(inputs, packed, expert_layout.to(torch.int32), expected_m)
-    outputs.view(-1, result.shape[-1])[: result.shape[0]].copy_(result)
+        chord_kernels.indexed(inputs, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, block_m, out=out)
+    elif mode == "contiguous":  # vLLM's per-expert offsets [E+1], read natively (no padding copy)
+        offsets = expert_layout if expert_layout.dtype == torch.int64 else expert_layout.to(torch.int64)
+        chord_kernels.contiguous_offsets(inputs.reshape(-1, inputs.shape[-1]), packed, offsets, out=out,
+                                         expected_m=max(1, expected_m))
+    else:  # masked: per-expert valid counts
+        counts = expert_layout if expert_layout.dtype == torch.int32 else expert_layout.to(torch.int32)
+        chord_kernels.masked(inputs.reshape(-1, inputs.shape[-1]), packed, counts, max(1, expected_m), out=out)
 
 
 @chord_moe_gemm.register_fake
