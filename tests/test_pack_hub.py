@@ -4,10 +4,13 @@ The server speaks the routes huggingface-hub calls: ``HEAD/GET /{repo}/resolve/{
 (X-Repo-Commit, ETag, Content-Length, Range -> 206) and ``GET /api/models/{repo}/tree/{rev}``.
 It serves the bundled tiny fixture at two revisions, cuts one transfer mid-file once (the client
 must resume with a Range request), listens on 127.0.0.1 only, and shuts itself down after 120 s.
+It records every request, so the EP tests can check which shards a rank fetched: they serve
+the fixture re-sharded so that the experts of EP rank 0 and rank 1 live in different shards.
 """
 
 import hashlib
 import json
+import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlparse
@@ -17,7 +20,9 @@ from chord_pack import ChordPackError
 from chord_pack.convert import convert
 from chord_pack.fixtures import bundled_fixture
 from chord_pack.info import inspect_checkpoint
+from chord_pack.plan import Sharding
 from chord_pack.verify import verify
+from safetensors.torch import load_file, save_file
 
 pytest.importorskip("huggingface_hub")
 
@@ -39,9 +44,9 @@ def _commit_files(v1: bool) -> dict[str, bytes]:
 class FakeHub(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self):
+    def __init__(self, main_files: dict[str, bytes] | None = None):
         super().__init__(("127.0.0.1", 0), Handler)
-        self.commits = {SHA_MAIN: _commit_files(False), SHA_V1: _commit_files(True)}
+        self.commits = {SHA_MAIN: main_files or _commit_files(False), SHA_V1: _commit_files(True)}
         self.refs = {"main": SHA_MAIN, "v1": SHA_V1, SHA_MAIN: SHA_MAIN, SHA_V1: SHA_V1}
         self.cut_pending = True
         self.log: list[tuple[str, str, str | None]] = []  # (method, path, Range)
@@ -50,6 +55,12 @@ class FakeHub(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def requested(self, since: int = 0) -> set[str]:
+        """Files of the repo asked for (HEAD or GET) since log entry ``since``."""
+        with self.lock:
+            return {p.split("/resolve/", 1)[1].split("/", 1)[1] for _m, p, _r in self.log[since:]
+                    if "/resolve/" in p}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -130,9 +141,7 @@ class Handler(BaseHTTPRequestHandler):
     do_HEAD = _route
 
 
-@pytest.fixture
-def hub(tmp_path, monkeypatch):
-    server = FakeHub()
+def _serve(server: FakeHub, tmp_path, monkeypatch):
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     stopper = threading.Timer(120, server.shutdown)  # bounded even if a test hangs
@@ -152,6 +161,11 @@ def hub(tmp_path, monkeypatch):
     stopper.cancel()
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    yield from _serve(FakeHub(), tmp_path, monkeypatch)
 
 
 quiet = dict(progress=False, log=lambda _m: None)
@@ -208,3 +222,143 @@ def test_unknown_repo_and_revision(hub, tmp_path):
     with pytest.raises(ChordPackError, match="no revision 'v9'"):
         convert(REPO, tmp_path / "x", "indexed", revision="v9", **quiet)
     assert not (tmp_path / "x").exists()
+
+
+# ---- EP ranks fetch only their shards -------------------------------------------------------
+
+EP_SHARDS = [f"model-{i:05d}-of-00004.safetensors" for i in (1, 2, 3, 4)]
+SPLIT = "model.layers.2.mlp.experts.3.down_proj"  # a rank-1 triple split over S3 and S4
+
+
+def _ep_shard_of(name: str) -> int:
+    """S1: non-expert tensors + rank 0's layer-1 experts; S2: rank 0's layer-2 experts;
+    S3: rank 1's experts; S4: lm_head, the final norm and part of one rank-1 triple."""
+    parts = name.split(".")
+    if "experts" not in parts:
+        return 3 if name in ("lm_head.weight", "model.norm.weight") else 0
+    layer, expert = int(parts[2]), int(parts[5])
+    if expert >= 2:
+        return 3 if name in (f"{SPLIT}.weight_scale", f"{SPLIT}.weight_shape") else 2
+    return 0 if layer == 1 else 1
+
+
+def make_ep_layout(dst):
+    """The bundled fixture (4 experts, EP 2 keeps 2 each) re-sharded as ``_ep_shard_of`` says."""
+    dst.mkdir()
+    tensors = {}
+    for f in sorted(THINKING.glob("*.safetensors")):
+        tensors.update(load_file(f))
+    for i, shard in enumerate(EP_SHARDS):
+        save_file({n: t for n, t in tensors.items() if _ep_shard_of(n) == i}, str(dst / shard),
+                  metadata={"format": "pt"})
+    index = {"metadata": {"total_size": sum(t.numel() * t.element_size() for t in tensors.values())},
+             "weight_map": {n: EP_SHARDS[_ep_shard_of(n)] for n in sorted(tensors)}}
+    (dst / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    for f in ("config.json", "generation_config.json"):
+        shutil.copyfile(THINKING / f, dst / f)
+    return dst
+
+
+SMALL = {"config.json", "generation_config.json", "model.safetensors.index.json"}
+RANK_SHARDS = {0: {EP_SHARDS[0], EP_SHARDS[1], EP_SHARDS[3]}, 1: {EP_SHARDS[0], EP_SHARDS[2], EP_SHARDS[3]}}
+
+
+@pytest.fixture
+def ep_hub(tmp_path, monkeypatch):
+    layout = make_ep_layout(tmp_path / "ep-layout")
+    server = FakeHub({p.name: p.read_bytes() for p in sorted(layout.iterdir())})
+    server.cut_pending = False
+    yield from _serve(server, tmp_path, monkeypatch)
+
+
+def test_an_ep_rank_fetches_only_its_shards(ep_hub, tmp_path, monkeypatch):
+    out0 = tmp_path / "ep0"
+    r = convert(REPO, out0, "indexed", sharding=Sharding("ep", 2, 0), **quiet)
+    assert r.packed == 12 and r.shards == 3
+    assert ep_hub.requested() == SMALL | RANK_SHARDS[0]
+    snapshot = tmp_path / "hf-home" / "hub" / "models--chord-test--tiny-kimi" / "snapshots" / SHA_MAIN
+    assert not (snapshot / EP_SHARDS[2]).exists()
+    mark = len(ep_hub.log)
+    verify(REPO, out0, log=lambda _m: None)  # verify applies the same slice: still no rank-1 shard
+    assert ep_hub.requested(mark) <= SMALL | RANK_SHARDS[0]
+    assert not (snapshot / EP_SHARDS[2]).exists()
+    assert json.loads((out0 / "config.json").read_text())["chord"]["sharding"]["experts"] == [0, 2]
+    assert sorted(p.name for p in out0.glob("*.safetensors")) == sorted(RANK_SHARDS[0])
+
+    # offline: rank 0 converts from the cache; rank 1 needs a shard that was never fetched
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    convert(REPO, tmp_path / "ep0-offline", "indexed", sharding=Sharding("ep", 2, 0), **quiet)
+    with pytest.raises(ChordPackError, match=f"{EP_SHARDS[2]} is not in the local Hugging Face cache"):
+        convert(REPO, tmp_path / "ep1-offline", "indexed", sharding=Sharding("ep", 2, 1), **quiet)
+    assert not (tmp_path / "ep1-offline").exists()
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+
+    mark = len(ep_hub.log)
+    out1 = tmp_path / "ep1"
+    convert(REPO, out1, "masked", sharding=Sharding("ep", 2, 1), **quiet)
+    assert EP_SHARDS[2] in ep_hub.requested(mark) and EP_SHARDS[1] not in ep_hub.requested(mark)
+    verify(REPO, out1, log=lambda _m: None)
+    assert not set(json.loads((out0 / "model.safetensors.index.json").read_text())["weight_map"]) \
+        & {n for n in json.loads((out1 / "model.safetensors.index.json").read_text())["weight_map"]
+           if ".experts." in n}
+
+
+def test_an_ep_rank_refuses_an_index_naming_a_shard_the_repo_lacks(ep_hub, tmp_path):
+    del ep_hub.commits[SHA_MAIN][EP_SHARDS[2]]  # rank 0 does not need it, but the index is wrong
+    with pytest.raises(ChordPackError, match=f"names {EP_SHARDS[2]} which does not exist in the repo"):
+        convert(REPO, tmp_path / "x", "indexed", sharding=Sharding("ep", 2, 0), **quiet)
+    assert EP_SHARDS[2] not in ep_hub.requested() and not (tmp_path / "x").exists()
+
+
+def test_a_local_ep_rank_reads_only_its_tensors(tmp_path, monkeypatch):
+    import chord_pack.checkpoint as ckpt_mod
+
+    src = make_ep_layout(tmp_path / "src")
+    headers, tensors = [], []
+    real_header, real_read = ckpt_mod.read_shard_header, ckpt_mod.Reader.read_into
+
+    def header(path, name):
+        headers.append(name)
+        return real_header(path, name)
+
+    def read_into(self, info, begin, nbytes):
+        if self.root == src:
+            tensors.append(info.name)
+        return real_read(self, info, begin, nbytes)
+
+    monkeypatch.setattr(ckpt_mod, "read_shard_header", header)
+    monkeypatch.setattr(ckpt_mod.Reader, "read_into", read_into)
+    weight_map = json.loads((src / "model.safetensors.index.json").read_text())["weight_map"]
+    for rank in (0, 1):
+        headers.clear()
+        tensors.clear()
+        out = tmp_path / f"ep{rank}"
+        convert(src, out, "contiguous", sharding=Sharding("ep", 2, rank), **quiet)
+        assert set(headers) == RANK_SHARDS[rank]
+        others = {n for n in weight_map if ".experts." in n and int(n.split(".")[5]) // 2 != rank}
+        assert tensors and not set(tensors) & others
+        assert set(tensors) == set(weight_map) - others  # every kept tensor is read (checks + data)
+        verify(src, out, log=lambda _m: None)
+
+    # rank 0 never opens S3, so damage there does not stop it; rank 1 is refused
+    with open(src / EP_SHARDS[2], "r+b") as f:
+        f.truncate((src / EP_SHARDS[2]).stat().st_size - 1)
+    convert(src, tmp_path / "ep0-again", "indexed", sharding=Sharding("ep", 2, 0), **quiet)
+    with pytest.raises(ChordPackError, match=f"shard {EP_SHARDS[2]} truncated"):
+        convert(src, tmp_path / "ep1-again", "indexed", sharding=Sharding("ep", 2, 1), **quiet)
+    with pytest.raises(ChordPackError, match=f"shard {EP_SHARDS[2]} truncated"):
+        convert(src, tmp_path / "full", "indexed", **quiet)
+    # other ranks' experts are still checked from the index: a missing or stray one is refused
+    index = json.loads((src / "model.safetensors.index.json").read_text())
+    index["weight_map"].pop(f"{SPLIT}.weight_shape")
+    (src / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ChordPackError, match=f"1 routed-expert tensors missing.*{SPLIT}.weight_shape"):
+        convert(src, tmp_path / "ep0-missing", "indexed", sharding=Sharding("ep", 2, 0), **quiet)
+    index["weight_map"]["model.layers.1.mlp.experts.7.up_proj.weight_packed"] = EP_SHARDS[2]
+    index["weight_map"][f"{SPLIT}.weight_shape"] = EP_SHARDS[3]
+    (src / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ChordPackError, match="expert 7 out of range"):
+        convert(src, tmp_path / "ep0-range", "indexed", sharding=Sharding("ep", 2, 0), **quiet)
+    (src / EP_SHARDS[2]).unlink()  # a local folder must hold every shard its index names
+    with pytest.raises(ChordPackError, match=f"index names {EP_SHARDS[2]} which does not exist"):
+        convert(src, tmp_path / "ep0-gone", "indexed", sharding=Sharding("ep", 2, 0), **quiet)

@@ -11,7 +11,7 @@ import math
 import os
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,6 +65,12 @@ class Shard:
 
 @dataclass
 class Checkpoint:
+    """The index plus the headers of the shards that were opened.
+
+    ``shards`` holds every shard the index names, or only the selected ones (an EP rank's
+    slice: see :func:`open_checkpoint`); a tensor of an unopened shard is known by name only.
+    """
+
     root: Path
     index_name: str | None  # None for a single model.safetensors
     weight_map: dict[str, str]
@@ -75,6 +81,18 @@ class Checkpoint:
 
     def has(self, name: str) -> bool:
         return name in self.weight_map
+
+    def is_open(self, name: str) -> bool:
+        """Is the shard holding tensor ``name`` opened (its header read and checked)?"""
+        return self.weight_map[name] in self.shards
+
+    def where(self, name: str) -> str:
+        """``shard: tensor name``, from the index alone (works for tensors of unopened shards)."""
+        return f"{self.weight_map[name]}: tensor {name}"
+
+    def unopened(self) -> list[str]:
+        """Shards the index names that were not opened (not needed by the selected slice)."""
+        return sorted(set(self.weight_map.values()) - set(self.shards))
 
     def shard_names(self) -> list[str]:
         return sorted(self.shards)
@@ -139,18 +157,35 @@ def _tensor_entry(shard: str, tname: str, entry, base: int) -> TensorInfo:
     return TensorInfo(tname, shard, dtype, shape, base + begin, base + end)
 
 
-def open_checkpoint(root: Path) -> Checkpoint:
-    """Read the index and every shard header; cross-check them. Reads no tensor data."""
+def read_index(index_path: Path) -> dict[str, str]:
+    """The ``weight_map`` of a safetensors index (tensor name -> plain shard file name)."""
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+        weight_map = index["weight_map"]
+        if not isinstance(weight_map, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+            raise ValueError("weight_map must map tensor names to file names")
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        raise ChordPackError(f"{index_path}: not a valid safetensors index ({e})") from None
+    for fname in sorted(set(weight_map.values())):
+        if Path(fname).name != fname or fname in (".", ".."):
+            raise ChordPackError(f"{index_path}: index names {fname!r}, which is not a plain file name")
+    return weight_map
+
+
+ShardSelect = Callable[[dict[str, str]], set[str]]
+
+
+def open_checkpoint(root: Path, select: ShardSelect | None = None, *, require_unopened: bool = True) -> Checkpoint:
+    """Read the index and the shard headers; cross-check them. Reads no tensor data.
+
+    ``select(weight_map)`` names the shards to open (default: all). The other shards the index
+    names are not read at all; with ``require_unopened`` they must still exist as files (a local
+    folder), without it they may be absent (a partial Hub download).
+    """
     index_path = root / INDEX_NAME
     if index_path.is_file():
-        try:
-            index = json.loads(index_path.read_text(encoding="utf-8"))
-            weight_map = index["weight_map"]
-            if not isinstance(weight_map, dict) or not all(
-                    isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
-                raise ValueError("weight_map must map tensor names to file names")
-        except (UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
-            raise ChordPackError(f"{index_path}: not a valid safetensors index ({e})") from None
+        weight_map = read_index(index_path)
         index_name = INDEX_NAME
     elif (root / SINGLE_NAME).is_file():
         shard = read_shard_header(root / SINGLE_NAME, SINGLE_NAME)
@@ -158,18 +193,21 @@ def open_checkpoint(root: Path) -> Checkpoint:
     else:
         raise ChordPackError(f"{root}: no {INDEX_NAME} (or {SINGLE_NAME}) in the checkpoint folder")
 
+    named = set(weight_map.values())
+    wanted = named if select is None else set(select(weight_map)) & named
     shards: dict[str, Shard] = {}
-    for fname in sorted(set(weight_map.values())):
+    for fname in sorted(named):
         path = root / fname
-        if Path(fname).name != fname or fname in (".", ".."):
-            raise ChordPackError(f"{index_path}: index names {fname!r}, which is not a plain file name")
+        if fname not in wanted and not require_unopened:
+            continue
         if not path.is_file():
             users = sorted(t for t, f in weight_map.items() if f == fname)
             raise ChordPackError(f"{index_path}: index names {fname} which does not exist "
                                  f"(for {len(users)} tensors, e.g. {users[0]})")
-        shards[fname] = read_shard_header(path, fname)
+        if fname in wanted:
+            shards[fname] = read_shard_header(path, fname)
     for tname, fname in weight_map.items():
-        if tname not in shards[fname].tensors:
+        if fname in shards and tname not in shards[fname].tensors:
             raise ChordPackError(f"{index_path}: index says tensor {tname} is in {fname}, not found there")
     return Checkpoint(root, index_name, dict(weight_map), shards)
 

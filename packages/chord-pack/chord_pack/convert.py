@@ -1,7 +1,8 @@
 """``chord-pack convert``: stream a Kimi K2.x INT4 checkpoint into one of Chord's packed layouts.
 
-Order of work: resolve SRC, check OUT, read config + index + every shard header and run every
-check that needs no tensor data (nothing is written until all pass), then write each output
+Order of work: resolve SRC, check OUT, read config + index + every shard header (an EP rank:
+only the shards holding its experts or a pass-through tensor) and run every check that needs no
+tensor data (nothing is written until all pass), then write each output
 shard into a hidden staging folder (under a temp name, renamed when complete and recorded in
 the staging folder's journal with its size and sha256) and rename the folder to OUT at the end.
 A re-run after a crash finds the staging folder, keeps every journaled shard whose size and
@@ -49,7 +50,7 @@ from .checkpoint import INDEX_NAME, TORCH_TO_ST, Reader, open_checkpoint
 from .config import CONFIG_NAME, find_chord_block, load_config, read_json
 from .errors import ChordPackError
 from .model import scan_checkpoint
-from .plan import Plan, ProjPlan, Sharding, make_plan, plan_slices
+from .plan import Plan, ProjPlan, Sharding, make_plan, open_slice, plan_slices
 from .source import resolve_source
 from .writer import OutEntry, tensor_bytes, write_shard
 
@@ -124,8 +125,8 @@ def convert(src: str | Path, out: str | Path, mode: str, *, sharding: Sharding |
     if _existing_is_done(out, settings):
         log(f"chord-pack: {out} already holds this conversion (same settings, complete); nothing to do")
         return ConvertResult(out, skipped=True)
-    ckpt = open_checkpoint(source.path)
-    scan = scan_checkpoint(ckpt, cfg, check_scales=True)
+    ckpt, experts = open_slice(source.path, cfg, sharding, require_unopened=source.complete)
+    scan = scan_checkpoint(ckpt, cfg, check_scales=True, experts=experts)
     if scan.extra_layer_tensors:
         log(f"chord-pack: {scan.extra_layer_tensors} expert tensors of layers beyond num_hidden_layers "
             f"{cfg.num_layers} (MTP?) pass through unchanged")
@@ -412,7 +413,7 @@ def _write_all(ckpt, cfg, plan: Plan, staging: Path, block: dict, progress: bool
              "weight_map": dict(sorted(weight_map.items()))}
     (staging / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
     (staging / CONFIG_NAME).write_text(json.dumps(cfg.with_chord_block(block), indent=2) + "\n", encoding="utf-8")
-    _copy_other_files(ckpt.root, staging, skip={INDEX_NAME, CONFIG_NAME, *ckpt.shards})
+    _copy_other_files(ckpt.root, staging, skip={INDEX_NAME, CONFIG_NAME, *ckpt.weight_map.values()})
     return result
 
 

@@ -6,6 +6,10 @@ resolved to, so every file comes from one revision. The commit sha is recorded i
 chord block. ``HF_HUB_OFFLINE=1`` reads the cache only (no network at all). ``HF_ENDPOINT``,
 ``HF_HOME`` and ``HF_HUB_CACHE`` are read when the download starts (not at import time).
 Works with huggingface-hub 0.24 through 2.x.
+
+With a shard selection (an EP rank: see :func:`chord_pack.plan.open_slice`), only the shards
+the selection names are fetched; the others the index names must exist in the repo listing
+(checked online) but are never downloaded. Every non-weight file is always fetched.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from .checkpoint import INDEX_NAME, SINGLE_NAME
+from .checkpoint import INDEX_NAME, SINGLE_NAME, read_index
 from .config import CONFIG_NAME
 from .errors import ChordPackError
 
@@ -33,8 +37,16 @@ def _cache_dir() -> str | None:
     return None  # the library's default
 
 
-def download_repo(repo_id: str, revision: str | None, log: Callable[[str], None]) -> tuple[Path, str]:
-    """Fetch the checkpoint files of ``repo_id`` at ``revision``; return (snapshot folder, commit sha)."""
+SelectShards = Callable[[Path, dict[str, str]], set[str]]
+
+
+def download_repo(repo_id: str, revision: str | None, log: Callable[[str], None],
+                  select: SelectShards | None = None) -> tuple[Path, str]:
+    """Fetch the checkpoint files of ``repo_id`` at ``revision``; return (snapshot folder, commit sha).
+
+    ``select(snapshot, weight_map)`` (called once config.json and the index are in the snapshot)
+    names the shards to fetch; default: every shard the index names.
+    """
     try:
         import huggingface_hub as hf
         from huggingface_hub.utils import (
@@ -75,22 +87,24 @@ def download_repo(repo_id: str, revision: str | None, log: Callable[[str], None]
     commit = snapshot.name  # the cache keeps each revision under snapshots/<commit sha>/
     files = _repo_files(hf, repo_id, commit, snapshot, offline, endpoint, where)
     if INDEX_NAME in files:
-        import json
-
-        index_path = fetch(INDEX_NAME, commit)
-        try:
-            shards = set(json.loads(index_path.read_text(encoding="utf-8"))["weight_map"].values())
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ChordPackError(f"{where}: {INDEX_NAME} is not a valid safetensors index ({e})") from None
+        weight_map = read_index(fetch(INDEX_NAME, commit))
+        named = set(weight_map.values())
+        shards = named if select is None else set(select(snapshot, weight_map)) & named
+        absent = sorted(named - files)
+        if absent and not offline:  # offline, the listing is the cache: a shard never fetched is absent
+            users = sorted(t for t, f in weight_map.items() if f == absent[0])
+            raise ChordPackError(f"{where}: {INDEX_NAME} names {absent[0]} which does not exist in the repo "
+                                 f"(for {len(users)} tensors, e.g. {users[0]})")
     elif SINGLE_NAME in files:
-        shards = {SINGLE_NAME}
+        named = shards = {SINGLE_NAME}
     else:
         raise ChordPackError(f"{where}: no {INDEX_NAME} (or {SINGLE_NAME}) in the repo")
     wanted = sorted(f for f in files if not f.endswith(".safetensors") and not Path(f).name.startswith(".")
-                    and f not in (CONFIG_NAME, INDEX_NAME))
-    wanted += sorted(s for s in shards if s in files)  # a shard missing from the repo: open_checkpoint names it
+                    and f not in (CONFIG_NAME, INDEX_NAME) and f not in named)
+    wanted += sorted(shards)  # offline, a selected shard missing from the cache is an error that says so
+    skipped = f", {len(named) - len(shards)} not needed by this slice" if len(shards) < len(named) else ""
     log(f"chord-pack: {repo_id} at commit {commit}: {'reading the cache' if offline else 'fetching'} "
-        f"{len(wanted) + 2} files ({len(shards)} shards)")
+        f"{len(wanted) + 1 + (INDEX_NAME in files)} files ({len(shards)} of {len(named)} shards{skipped})")
     for f in wanted:
         fetch(f, commit)
     return snapshot, commit

@@ -1,6 +1,9 @@
 """Which tensors are routed-expert INT4 triples and which pass through; every check on them.
 
-All checks here read headers plus the 2-element ``weight_shape`` tensors only.
+All checks here read headers plus the 2-element ``weight_shape`` tensors only (and, with
+``check_scales``, the expert scales). With an expert range (an EP rank), only the shards
+holding that rank's experts and the pass-through tensors are opened (:func:`needed_shards`);
+the other experts are checked from the index (names, layers, expert numbers, completeness).
 """
 
 from __future__ import annotations
@@ -57,6 +60,23 @@ class Scan:
     extra_layer_tensors: int = 0  # expert tensors of layers >= num_hidden_layers, passed through
 
 
+Experts = tuple[int, int] | None  # routed experts [lo, hi) kept by an EP rank; None: all
+
+
+def is_dropped(name: str, cfg: ModelConfig, experts: Experts) -> bool:
+    """A routed-expert tensor of another EP rank: neither written nor read by this slice."""
+    if experts is None:
+        return False
+    m = EXPERT_RE.match(name)
+    return (m is not None and int(m["layer"]) < cfg.num_layers
+            and not experts[0] <= int(m["expert"]) < experts[1])
+
+
+def needed_shards(weight_map: dict[str, str], cfg: ModelConfig, experts: Experts) -> set[str]:
+    """The shards a slice reads: those holding a tensor it keeps (its experts or a pass-through)."""
+    return {shard for name, shard in weight_map.items() if not is_dropped(name, cfg, experts)}
+
+
 def expected_dims(cfg: ModelConfig, proj: str) -> tuple[int, int]:
     if proj == "down_proj":
         return cfg.hidden, cfg.moe_intermediate
@@ -73,46 +93,56 @@ def check_finite_scale(info: TensorInfo, scale: torch.Tensor, row0: int = 0, gro
                              f"at row {r + row0}, group {g + group0}")
 
 
-def scan_checkpoint(ckpt: Checkpoint, cfg: ModelConfig, *, check_scales: bool = False) -> Scan:
+def scan_checkpoint(ckpt: Checkpoint, cfg: ModelConfig, *, check_scales: bool = False,
+                    experts: Experts = None) -> Scan:
     """Classify and check every tensor; ``check_scales`` also reads every expert scale (1/9 of
-    the expert bytes) to refuse non-finite values before anything is written."""
+    the expert bytes) to refuse non-finite values before anything is written.
+
+    ``experts = (lo, hi)`` (an EP rank) returns and fully checks only experts [lo, hi); every
+    other routed expert is checked by name from the index only (it may sit in an unopened shard).
+    Every tensor that is kept must be in an opened shard.
+    """
     for shard in ckpt.shards.values():
         marks = {k: v for k, v in shard.metadata.items() if k.startswith("chord.")}
         if marks:
             raise ChordPackError(f"shard {shard.name}: metadata says it was written by chord-pack "
                                  f"({marks}): already Chord-packed; convert the original checkpoint")
-    triples: dict[tuple[str, int, int, str], dict[str, TensorInfo]] = {}
+    triples: dict[tuple[str, int, int, str], dict[str, str]] = {}  # -> {param: tensor name}
     passthrough: list[TensorInfo] = []
     extra = 0
     for name in sorted(ckpt.weight_map):
-        info = ckpt.info(name)
         m = EXPERT_RE.match(name)
         module, _, param = name.rpartition(".")
-        _check_param_kind(cfg, info, module, param, routed=m is not None)
-        if m is None:
-            passthrough.append(info)
-            continue
-        if int(m["layer"]) >= cfg.num_layers:  # beyond num_hidden_layers (e.g. MTP): not ours
-            passthrough.append(info)
-            extra += 1
+        _check_param_kind(cfg, ckpt.where(name), module, param, routed=m is not None)
+        if m is None or int(m["layer"]) >= cfg.num_layers:  # beyond num_hidden_layers (e.g. MTP): not ours
+            passthrough.append(_opened(ckpt, name))
+            extra += m is not None
             continue
         key = (m["prefix"], int(m["layer"]), int(m["expert"]), m["proj"])
-        triples.setdefault(key, {})[param] = info
+        triples.setdefault(key, {})[param] = name
     prefix = _single_prefix(ckpt, cfg, triples)
     _check_expert_set(ckpt, cfg, triples, prefix)
-    experts = []
+    kept = []
     with Reader(ckpt.root) as reader:
-        for (pfx, layer, expert, proj), parts in sorted(triples.items(), key=lambda kv: kv[0][1:]):
+        for (pfx, layer, expert, proj), names in sorted(triples.items(), key=lambda kv: kv[0][1:]):
+            if experts is not None and not experts[0] <= expert < experts[1]:
+                continue  # another EP rank's expert: checked from the index above, never read
+            parts = {param: _opened(ckpt, name) for param, name in names.items()}
             n, k = _check_triple(cfg, reader, proj, parts)
             if check_scales:
                 check_finite_scale(parts["weight_scale"], reader.tensor(parts["weight_scale"]))
-            experts.append(ExpertProj(pfx, layer, expert, proj, parts["weight_packed"],
-                                      parts["weight_scale"], parts["weight_shape"], n, k))
-    return Scan(experts=experts, passthrough=passthrough, prefix=prefix, extra_layer_tensors=extra)
+            kept.append(ExpertProj(pfx, layer, expert, proj, parts["weight_packed"],
+                                   parts["weight_scale"], parts["weight_shape"], n, k))
+    return Scan(experts=kept, passthrough=passthrough, prefix=prefix, extra_layer_tensors=extra)
 
 
-def _check_param_kind(cfg: ModelConfig, info: TensorInfo, module: str, param: str, routed: bool) -> None:
-    where = info.where()
+def _opened(ckpt: Checkpoint, name: str) -> TensorInfo:
+    if not ckpt.is_open(name):  # a caller bug: the shard selection and the scan disagree
+        raise ChordPackError(f"{ckpt.where(name)}: needed, but its shard was not opened")
+    return ckpt.info(name)
+
+
+def _check_param_kind(cfg: ModelConfig, where: str, module: str, param: str, routed: bool) -> None:
     if param == "weight_zero_point":
         raise ChordPackError(f"{where}: asymmetric int4 not supported (zero-point tensor present)")
     if param == "weight_g_idx":
@@ -146,13 +176,13 @@ def _single_prefix(ckpt: Checkpoint, cfg: ModelConfig, triples: dict) -> str:
 def _check_expert_set(ckpt: Checkpoint, cfg: ModelConfig, triples: dict, prefix: str) -> None:
     moe_layers = set(cfg.moe_layers())
     for (_, layer, expert, _proj), parts in sorted(triples.items(), key=lambda kv: kv[0][1:]):
-        some = next(iter(parts.values()))
+        some = ckpt.where(next(iter(parts.values())))
         if layer not in moe_layers:
             raise ChordPackError(
-                f"{some.where()}: layer {layer} has routed experts but config.json makes it dense "
+                f"{some}: layer {layer} has routed experts but config.json makes it dense "
                 f"(first_k_dense_replace {cfg.first_k_dense}, moe_layer_freq {cfg.moe_layer_freq})")
         if expert >= cfg.num_experts:
-            raise ChordPackError(f"{some.where()}: expert {expert} out of range "
+            raise ChordPackError(f"{some}: expert {expert} out of range "
                                  f"(config n_routed_experts = {cfg.num_experts})")
     missing = [f"{prefix}layers.{layer}.mlp.experts.{e}.{proj}.{param}"
                for layer in sorted(moe_layers) for e in range(cfg.num_experts) for proj in PROJS

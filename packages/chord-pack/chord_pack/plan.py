@@ -12,10 +12,10 @@ import torch
 from chord_kernels.int4 import GROUP_SIZE, unpack_codes_along_k
 from chord_kernels.layouts import BLOCK_K_BY_MODE, MODES, TILE
 
-from .checkpoint import Reader, TensorInfo
+from .checkpoint import Checkpoint, Reader, TensorInfo, open_checkpoint
 from .config import ModelConfig
 from .errors import ChordPackError
-from .model import ExpertProj, Scan, check_finite_scale
+from .model import ExpertProj, Experts, Scan, check_finite_scale, needed_shards
 
 
 @dataclass(frozen=True)
@@ -104,11 +104,7 @@ def plan_slices(cfg: ModelConfig, mode: str, sharding: Sharding | None) -> Slice
     if sharding is None:
         return Slices(0, cfg.num_experts, None, None)
     if sharding.kind == "ep":
-        if cfg.num_experts % sharding.size:
-            raise ChordPackError(f"{cfg.path}: n_routed_experts {cfg.num_experts} is not divisible by "
-                                 f"--ep-size {sharding.size}")
-        per = cfg.num_experts // sharding.size
-        lo, hi = per * sharding.rank, per * (sharding.rank + 1)
+        lo, hi = ep_experts(cfg, sharding)
         return Slices(lo, hi, None, {"kind": "ep", "size": sharding.size, "rank": sharding.rank,
                                      "experts": [lo, hi]})
     inter, size = cfg.moe_intermediate, sharding.size
@@ -121,6 +117,27 @@ def plan_slices(cfg: ModelConfig, mode: str, sharding: Sharding | None) -> Slice
     islice = (per * sharding.rank, per * (sharding.rank + 1))
     return Slices(0, cfg.num_experts, islice,
                   {"kind": "tp", "size": size, "rank": sharding.rank, "intermediate": list(islice)})
+
+
+def ep_experts(cfg: ModelConfig, sharding: Sharding | None) -> Experts:
+    """The routed experts [lo, hi) an EP rank keeps; None when no EP sharding is requested."""
+    if sharding is None or sharding.kind != "ep":
+        return None
+    if cfg.num_experts % sharding.size:
+        raise ChordPackError(f"{cfg.path}: n_routed_experts {cfg.num_experts} is not divisible by "
+                             f"--ep-size {sharding.size}")
+    per = cfg.num_experts // sharding.size
+    return per * sharding.rank, per * (sharding.rank + 1)
+
+
+def open_slice(root, cfg: ModelConfig, sharding: Sharding | None, *,
+               require_unopened: bool = True) -> tuple[Checkpoint, Experts]:
+    """Open the source for one rank's slice: an EP rank opens only the shards holding its
+    experts or a pass-through tensor (:func:`chord_pack.model.needed_shards`); no sharding and
+    TP open every shard. Returns the checkpoint and the kept expert range for ``scan_checkpoint``."""
+    experts = ep_experts(cfg, sharding)
+    select = None if experts is None else (lambda wm: needed_shards(wm, cfg, experts))
+    return open_checkpoint(root, select, require_unopened=require_unopened), experts
 
 
 def make_plan(scan: Scan, cfg: ModelConfig, mode: str, sharding: Sharding | None) -> Plan:

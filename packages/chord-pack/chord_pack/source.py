@@ -20,6 +20,11 @@ class Source:
     repo: str | None = None  # Hub repo id, None for a local folder
     revision: str | None = None  # resolved commit, None for a local folder
 
+    @property
+    def complete(self) -> bool:
+        """Does ``path`` hold every shard? A Hub snapshot holds only the shards that were fetched."""
+        return self.repo is None
+
     def describe(self) -> dict:
         # a Hub source is named by repo + commit; its cache path differs from machine to machine
         return {"path": None if self.repo else str(self.path), "repo": self.repo, "revision": self.revision}
@@ -34,8 +39,9 @@ def resolve_source(src: str | Path, revision: str | None = None, *, sharding=Non
 
     A local folder wins over a repo id of the same spelling. A repo id is downloaded with
     huggingface-hub (see :mod:`chord_pack.hub`); ``revision`` (branch, tag or commit) applies
-    to it only, and the resolved commit sha is recorded. ``sharding`` is accepted for a later
-    partial (per-rank) download; today every shard of the repo is fetched.
+    to it only, and the resolved commit sha is recorded. With an EP ``sharding``, only the
+    shards holding that rank's experts or a pass-through tensor are fetched (plus every
+    non-weight file); without sharding or with TP, every shard is.
     """
     path = Path(src).expanduser()
     if path.is_dir():
@@ -47,6 +53,22 @@ def resolve_source(src: str | Path, revision: str | None = None, *, sharding=Non
     if looks_like_repo_id(str(src)):
         from .hub import download_repo
 
-        snapshot, commit = download_repo(str(src), revision, log)
+        snapshot, commit = download_repo(str(src), revision, log, select=_shard_selector(sharding))
         return Source(path=snapshot, repo=str(src), revision=commit)
     raise ChordPackError(f"{src}: no such checkpoint folder")
+
+
+def _shard_selector(sharding):
+    """For an EP rank: the shards its slice reads, decided from config.json and the index alone."""
+    if sharding is None or sharding.kind != "ep":
+        return None
+
+    def select(snapshot: Path, weight_map: dict[str, str]) -> set[str]:
+        from .config import load_config
+        from .model import needed_shards
+        from .plan import ep_experts
+
+        cfg = load_config(snapshot)
+        return needed_shards(weight_map, cfg, ep_experts(cfg, sharding))
+
+    return select

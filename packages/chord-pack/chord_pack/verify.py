@@ -18,7 +18,7 @@ from .config import CONFIG_NAME, find_chord_block, load_config, read_json
 from .convert import Log, shard_metadata
 from .errors import ChordPackError
 from .model import scan_checkpoint
-from .plan import Plan, ProjPlan, Sharding, make_plan
+from .plan import Plan, ProjPlan, Sharding, make_plan, open_slice
 from .source import resolve_source
 
 
@@ -52,10 +52,11 @@ def verify(src: str | Path, out: str | Path, *, log: Log = print, revision: str 
     recorded = block.get("source") or {}
     if revision is None and recorded.get("repo") == str(src):
         revision = recorded.get("revision")  # compare with the very commit that was converted
-    source = resolve_source(src, revision=revision, log=log)
+    sharding = Sharding.from_block(block.get("sharding"))
+    source = resolve_source(src, revision=revision, sharding=sharding, log=log)  # an EP slice fetches its shards only
     cfg = load_config(source.path)
-    ckpt = open_checkpoint(source.path)
-    plan = make_plan(scan_checkpoint(ckpt, cfg), cfg, block["mode"], Sharding.from_block(block.get("sharding")))
+    ckpt, experts = open_slice(source.path, cfg, sharding, require_unopened=source.complete)
+    plan = make_plan(scan_checkpoint(ckpt, cfg, experts=experts), cfg, block["mode"], sharding)
     got = open_checkpoint(out)
     _compare_names(plan, got)
     _check_shard_metadata(plan, got)
