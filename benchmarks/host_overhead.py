@@ -1,0 +1,60 @@
+"""Host overhead per call (issue 4: <= 5 µs in eager mode): CPU wall time of the Python call,
+checks, dispatch and launch, on a problem so small the GPU never holds the host back.
+
+    python3 -m benchmarks.host_overhead [--calls 20000]
+
+Prints µs per call for each entry point; GPU only (SM90). The launches queue asynchronously,
+so wall time over many calls is the host cost; one synchronize at the end is excluded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+from chord_kernels import contiguous_offsets, indexed, layouts, masked, routing
+
+
+def per_call_us(fn, calls: int) -> float:
+    for _ in range(200):  # warm: compile, load, fill the plan caches
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--calls", type=int, default=20000)
+    args = parser.parse_args()
+    e, n, k = 4, 64, 256
+    codes = torch.randint(0, 16, (e, n, k), dtype=torch.uint8, device="cuda")
+    scale = torch.rand(e, n, k // 32, device="cuda").to(torch.bfloat16)
+    a = torch.randn(2, k, device="cuda").to(torch.bfloat16)
+    topk = torch.randint(0, e, (2, 2), dtype=torch.int32, device="cuda")
+    w_idx = layouts.pack_w4a16(codes, scale, "indexed")
+    sorted_ids, expert_ids, ntp = routing.moe_align_block_size(topk, 8, e)
+    out = torch.empty(4, n, dtype=torch.bfloat16, device="cuda")
+    w_con = layouts.pack_w4a16(codes, scale, "contiguous")
+    offsets = routing.counts_to_offsets(torch.tensor([1, 0, 1, 0], dtype=torch.int32, device="cuda"))
+    w_msk = layouts.pack_w4a16(codes, scale, "masked")
+    counts = torch.tensor([1, 0, 1, 0], dtype=torch.int32, device="cuda")
+    a8 = torch.randn(e * 8, k, device="cuda").to(torch.bfloat16)
+    out8 = torch.empty(e * 8, n, dtype=torch.bfloat16, device="cuda")
+    results = {
+        "indexed": per_call_us(lambda: indexed(a, w_idx, sorted_ids, expert_ids, ntp, 2, 8, out), args.calls),
+        "contiguous_offsets": per_call_us(lambda: contiguous_offsets(a, w_con, offsets, out[:2], expected_m=1), args.calls),
+        "masked": per_call_us(lambda: masked(a8, w_msk, counts, 1, out8), args.calls),
+        "torch_empty_launch_floor": per_call_us(lambda: torch.empty(1, device="cuda").zero_(), args.calls),
+    }
+    print(json.dumps({"gpu": torch.cuda.get_device_name(), "us_per_call": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
