@@ -10,10 +10,10 @@ family, ``CHORD_W4A16_TUNING="NT=4,STAGES=4"`` overrides the mma kernel's config
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 
+from . import env
 from .jit.kernel import DEFAULT_ARCH, KernelSpec
 from .layouts import BLOCK_K_BY_MODE
 
@@ -30,7 +30,7 @@ def indexed_block_m(valid_shape_m: int, num_experts: int) -> int:
     expert's rows, so padding stays small at decode and one CTA's dequantized weights serve the
     whole block at mid batch. Above 64 rows per expert the block stays 64.
     """
-    override = os.environ.get("CHORD_W4A16_BLOCK_M")
+    override = env.get(env.BLOCK_M)
     if override:
         return int(override)
     tok_e = max(valid_shape_m, 1) / max(num_experts, 1)
@@ -154,11 +154,11 @@ def choose_indexed_mma(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning
 
 
 def indexed_family() -> str:
-    return os.environ.get("CHORD_W4A16_INDEXED_KERNEL", "mma")
+    return env.get(env.INDEXED_KERNEL, "mma")
 
 
 def indexed_tuning() -> str:
-    return os.environ.get("CHORD_W4A16_TUNING", "")
+    return env.get(env.TUNING)
 
 
 def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: str = "mma",
@@ -250,7 +250,7 @@ _reported: set = set()
 
 
 def report_choice(problem, spec: KernelSpec) -> None:
-    if os.environ.get("CHORD_PRINT_CONFIGS", "").lower() in ("", "0", "false", "no", "off"):
+    if env.get(env.PRINT_CONFIGS).lower() in ("", "0", "false", "no", "off"):
         return
     if (problem, spec) not in _reported:
         _reported.add((problem, spec))

@@ -15,14 +15,12 @@ import struct
 
 import torch
 
-from . import reference, routing
+from . import env, reference, routing
 from .device import kernel_arch
 from .dispatch import (
     GroupedProblem,
     IndexedProblem,
     Launch,
-    indexed_family,
-    indexed_tuning,
     select_grouped,
     select_indexed,
 )
@@ -80,9 +78,6 @@ def _check_operands(a_shape, a_stride, a_dtype, k: int, out_shape, out_stride, o
     _require(out_shape[0] >= rows and out_shape[1] == n, f"out has shape {out_shape}, needs at least [{rows}, {n}]")
 
 
-def _launch(kernel: LoadedKernel, launch: Launch, grid, params: bytes) -> None:
-    stream = torch.cuda.current_stream().cuda_stream
-    kernel.launch(grid, (launch.spec.threads, 1, 1), launch.smem_bytes, stream, params)
 
 
 def _load(launch: Launch, device: torch.device) -> LoadedKernel:
@@ -92,18 +87,31 @@ def _load(launch: Launch, device: torch.device) -> LoadedKernel:
 # ----------------------------------------------------------------------------------- indexed
 
 
-@functools.lru_cache(maxsize=4096)
-def _indexed_plan(a_shape, a_stride, a_dtype, a_device, w_shape, block_k, sorted_numel,
-                  expert_numel, out_shape, out_stride, out_dtype, top_k, block_m, family, tuning) -> tuple:
-    m, k = a_shape
-    n = w_shape[1] * 16
-    _check_operands(a_shape, a_stride, a_dtype, w_shape[2] * block_k, out_shape, out_stride, out_dtype, m * top_k, n)
+def _indexed_plan(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, block_m, out, family, tuning):
+    """Every check and decision that depends only on the call's signature, done once per
+    signature (the dict in :func:`indexed` memoizes it): dtypes, devices, shapes, the problem,
+    the kernel choice and its loaded function, and the launch grid."""
+    _require_int32(a.device, sorted_ids=sorted_ids, expert_ids=expert_ids, num_tokens_padded=num_tokens_padded)
+    _require(packed.device == a.device and out.device == a.device,
+             f"weight ({packed.device}), a ({a.device}) and out ({out.device}) must share a device")
+    m, k = a.shape
+    n = packed.n
+    _check_operands(tuple(a.shape), a.stride(), a.dtype, packed.k, tuple(out.shape), out.stride(), out.dtype, m * top_k, n)
     _require(top_k >= 1 and block_m >= 1, f"top_k ({top_k}) and block_m ({block_m}) must be positive")
-    _require(expert_numel * block_m >= sorted_numel,
-             f"expert_ids has {expert_numel} blocks of {block_m}, too few for {sorted_numel} sorted_ids")
-    problem = IndexedProblem(n=n, k=k, num_experts=w_shape[0], top_k=top_k, block_m=block_m)
-    launch = select_indexed(problem, kernel_arch(_device_index(a_device)), family, tuning)
-    return problem, launch, _load(launch, a_device), launch.grid(problem, expert_numel), launch.ctas_per_block(problem)
+    num_blocks, sorted_len = expert_ids.numel(), sorted_ids.numel()
+    _require(num_blocks * block_m >= sorted_len,
+             f"expert_ids has {num_blocks} blocks of {block_m}, too few for {sorted_len} sorted_ids")
+    problem = IndexedProblem(n=n, k=k, num_experts=packed.num_experts, top_k=top_k, block_m=block_m)
+    launch = select_indexed(problem, kernel_arch(_device_index(a.device)), family, tuning)
+    kernel = _load(launch, a.device)
+    grid = launch.grid(problem, num_blocks)
+    ints = dict(num_routes=m * top_k, n=n, k=k, top_k=top_k, num_experts=problem.num_experts, block_m=block_m,
+                num_blocks=num_blocks, ctas_per_block=launch.ctas_per_block(problem), sorted_len=sorted_len)
+    int_values = tuple(ints.get(name, 0) for name in _INTS)
+    return kernel, launch, grid, (launch.spec.threads, 1, 1), int_values, _device_index(a.device)
+
+
+_indexed_plans: dict = {}
 
 
 def indexed(a: torch.Tensor, packed: PackedW4A16, sorted_ids: torch.Tensor, expert_ids: torch.Tensor,
@@ -116,30 +124,49 @@ def indexed(a: torch.Tensor, packed: PackedW4A16, sorted_ids: torch.Tensor, expe
     padding. Rows of ``out`` for routes not listed are left untouched. ``a`` [M, K] bf16;
     ``out`` [>= M*top_k, N] bf16 (allocated if None). ``validate`` (or
     ``CHORD_VALIDATE_ROUTING=1``) checks the routing first, with a host sync.
+
+    The CUDA path is the hot path (a few µs of host time per call): everything that depends
+    only on the call's signature — shapes, strides, dtypes, devices, the packed weight's mode and
+    shape, the env overrides — is checked and resolved once per signature.
     """
     _require_mode(packed, "indexed")
     _require(a.dim() == 2, f"a must be [M, K], got shape {tuple(a.shape)}")
-    m = a.shape[0]
     if out is None:
-        out = torch.empty(m * top_k, packed.n, dtype=torch.bfloat16, device=a.device)
-    _require_int32(a.device, sorted_ids=sorted_ids, expert_ids=expert_ids, num_tokens_padded=num_tokens_padded)
-    if routing.validation_enabled(validate):
-        routing.validate_indexed(sorted_ids, expert_ids, num_tokens_padded, m * top_k, packed.num_experts, block_m)
-    if a.device.type == "cpu":
+        out = torch.empty(a.shape[0] * top_k, packed.n, dtype=torch.bfloat16, device=a.device)
+    if validate if validate is not None else env.flag(env.VALIDATE_ROUTING):
+        _require_int32(a.device, sorted_ids=sorted_ids, expert_ids=expert_ids, num_tokens_padded=num_tokens_padded)
+        routing.validate_indexed(sorted_ids, expert_ids, num_tokens_padded, a.shape[0] * top_k, packed.num_experts, block_m)
+    if not a.is_cuda:
+        _require_int32(a.device, sorted_ids=sorted_ids, expert_ids=expert_ids, num_tokens_padded=num_tokens_padded)
         w = reference.dequantize_w4a16(packed)
         return reference.moe_indexed_reference(a, w, sorted_ids, expert_ids, num_tokens_padded, top_k, block_m, out)
-    _require(packed.device == a.device, f"weight is on {packed.device}, a on {a.device}")
-    problem, launch, kernel, grid, ctas_per_block = _indexed_plan(
-        tuple(a.shape), a.stride(), a.dtype, a.device, tuple(packed.qweight.shape), packed.block_k,
-        sorted_ids.numel(), expert_ids.numel(), tuple(out.shape), out.stride(), out.dtype, top_k, block_m,
-        indexed_family(), indexed_tuning())
-    params = _params(a.stride(0), out.stride(0), a=a, qweight=packed.qweight, scale=packed.scale, out=out,
-                     sorted_ids=sorted_ids, expert_ids=expert_ids, num_tokens_padded=num_tokens_padded,
-                     num_routes=m * top_k, n=problem.n, k=problem.k, top_k=top_k, num_experts=problem.num_experts,
-                     block_m=block_m, num_blocks=expert_ids.numel(), ctas_per_block=ctas_per_block,
-                     sorted_len=sorted_ids.numel())
-    _launch(kernel, launch, grid, params)
+    qw = packed.qweight
+    key = (a.shape, a.stride(), a.dtype, a.get_device(), qw.shape, qw.get_device(), packed.block_k,
+           sorted_ids.shape, sorted_ids.dtype, sorted_ids.get_device(), expert_ids.shape, expert_ids.dtype,
+           expert_ids.get_device(), num_tokens_padded.dtype, num_tokens_padded.get_device(),
+           out.shape, out.stride(), out.dtype, out.get_device(), top_k, block_m,
+           env.get(env.INDEXED_KERNEL, "mma"), env.get(env.TUNING))
+    plan = _indexed_plans.get(key)
+    if plan is None:
+        plan = _indexed_plans[key] = _indexed_plan(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k,
+                                                   block_m, out, key[-2], key[-1])
+    kernel, launch, grid, block, int_values, device_index = plan
+    params = MOE_PARAMS.pack(a.data_ptr(), qw.data_ptr(), packed.scale.data_ptr(), out.data_ptr(),
+                             sorted_ids.data_ptr(), expert_ids.data_ptr(), num_tokens_padded.data_ptr(), 0, 0, 0,
+                             a.stride(0), out.stride(0), *int_values)
+    kernel.launch(grid, block, launch.smem_bytes, _current_stream(device_index), params)
     return out
+
+
+# torch's raw current-stream query (what Triton launches on) costs ~0.2 µs; the public
+# torch.cuda.current_stream() builds a Stream object first.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _current_stream(device_index: int) -> int:
+    if _raw_stream is not None:
+        return _raw_stream(device_index)
+    return torch.cuda.current_stream(device_index).cuda_stream
 
 
 # ----------------------------------------------------------------------------------- grouped
@@ -167,7 +194,7 @@ def _grouped_launch(routing_name: str, a2: torch.Tensor, packed: PackedW4A16, ou
     grid = (-(-problem.n // launch.cols_per_cta), grid_y(tile), 1)
     params = _params(a2.stride(0), out.stride(0), a=a2, qweight=packed.qweight, scale=packed.scale, out=out,
                      num_routes=a2.shape[0], n=problem.n, k=problem.k, num_experts=problem.num_experts, **fields)
-    _launch(kernel, launch, grid, params)
+    kernel.launch(grid, (launch.spec.threads, 1, 1), launch.smem_bytes, _current_stream(_device_index(a2.device)), params)
 
 
 def contiguous(a: torch.Tensor, packed: PackedW4A16, m_indices: torch.Tensor, out: torch.Tensor | None = None,

@@ -1,0 +1,61 @@
+"""The CUDA entry points' host side, on CPU: the per-signature plan (checks, kernel choice, grid,
+parameter values) and the packed parameter struct, with kernel resolution stubbed out."""
+
+import struct
+
+import pytest
+import torch
+from chord_kernels import dispatch, layouts, ops, routing
+
+
+@pytest.fixture
+def stub_device(monkeypatch):
+    loaded = []
+    monkeypatch.setattr(ops, "kernel_arch", lambda index: "sm_90a")
+    monkeypatch.setattr(ops, "_load", lambda launch, device: loaded.append(launch.spec) or "kernel")
+    monkeypatch.setattr(ops, "_device_index", lambda device: 0)
+    return loaded
+
+
+def _problem(e=4, n=64, k=256, tokens=3, top_k=2, block_m=8):
+    codes = torch.randint(0, 16, (e, n, k), dtype=torch.uint8)
+    scale = torch.rand(e, n, k // 32).to(torch.bfloat16)
+    packed = layouts.pack_w4a16(codes, scale, "indexed")
+    a = torch.randn(tokens, k).to(torch.bfloat16)
+    topk = torch.randint(0, e, (tokens, top_k), dtype=torch.int32)
+    sorted_ids, expert_ids, ntp = routing.moe_align_block_size(topk, block_m, e)
+    out = torch.empty(tokens * top_k, n, dtype=torch.bfloat16)
+    return a, packed, sorted_ids, expert_ids, ntp, out
+
+
+def test_indexed_plan_values(stub_device):
+    a, packed, sorted_ids, expert_ids, ntp, out = _problem()
+    kernel, launch, grid, block, ints, device = ops._indexed_plan(a, packed, sorted_ids, expert_ids, ntp, 2, 8, out, "mma", "")
+    assert kernel == "kernel" and stub_device == [launch.spec] and device == 0
+    want = dispatch.choose_indexed_mma(dispatch.IndexedProblem(64, 256, 4, 2, 8))
+    assert launch.spec == want.spec and block == (128, 1, 1)
+    assert grid == (1, expert_ids.numel() * launch.ctas_per_block(dispatch.IndexedProblem(64, 256, 4, 2, 8)), 1)
+    fields = dict(zip(ops._INTS, ints, strict=True))
+    assert fields == {"num_routes": 6, "n": 64, "k": 256, "top_k": 2, "num_experts": 4, "block_m": 8,
+                      "num_blocks": expert_ids.numel(), "ctas_per_block": 1, "sorted_len": sorted_ids.numel(),
+                      "max_m": 0}
+
+
+def test_indexed_plan_rejects_bad_signatures(stub_device):
+    a, packed, sorted_ids, expert_ids, ntp, out = _problem()
+    with pytest.raises(ValueError, match="sorted_ids must be int32"):
+        ops._indexed_plan(a, packed, sorted_ids.long(), expert_ids, ntp, 2, 8, out, "mma", "")
+    with pytest.raises(ValueError, match="a has K=128, the weight has K=256"):
+        ops._indexed_plan(a[:, :128], packed, sorted_ids, expert_ids, ntp, 2, 8, out, "mma", "")
+    with pytest.raises(ValueError, match="out has shape"):
+        ops._indexed_plan(a, packed, sorted_ids, expert_ids, ntp, 2, 8, out[:5], "mma", "")
+    with pytest.raises(ValueError, match="too few for"):
+        ops._indexed_plan(a, packed, sorted_ids, expert_ids[:1], ntp, 2, 8, out, "mma", "")
+
+
+def test_params_struct_layout():
+    # Mirrors csrc/common/moe_params.cuh's static_asserts: 136 bytes, lda at 80, num_routes at 96.
+    assert ops.MOE_PARAMS.size == 136
+    raw = ops.MOE_PARAMS.pack(*range(1, 11), 111, 222, *range(301, 311))
+    assert struct.unpack_from("@q", raw, 80)[0] == 111 and struct.unpack_from("@i", raw, 96)[0] == 301
+    assert struct.unpack_from("@i", raw, 96 + 4 * 9)[0] == 310  # max_m is the last field
