@@ -13,6 +13,7 @@ import torch
 
 from ..errors import not_supported
 
+
 @torch.library.custom_op("humming::chord_moe_gemm", mutates_args=("outputs",))
 def chord_moe_gemm(inputs: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, outputs: torch.Tensor,
                    sorted_ids: torch.Tensor | None, expert_ids: torch.Tensor | None,
