@@ -34,6 +34,17 @@ def _kwargs_from(cls, config: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def _from_config(cls, base, registry: dict, kind: str, config: dict[str, Any]):
+    """The base class dispatches on ``quant_method`` to its registered subclass; a subclass
+    builds itself from the config's keys (and their aliases)."""
+    if cls is base:
+        method = config["quant_method"]
+        if method not in registry:
+            raise ValueError(f"unsupported {kind} quant_method: {method}")
+        return registry[method].from_config(config)
+    return cls(**_kwargs_from(cls, config))
+
+
 @dataclasses.dataclass(kw_only=True)
 class BaseWeightSchema:
     quant_method: str
@@ -45,12 +56,7 @@ class BaseWeightSchema:
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> BaseWeightSchema:
-        if cls is BaseWeightSchema:
-            method = config["quant_method"]
-            if method not in cls.WEIGHT_SCHEMA_MAP:
-                raise ValueError(f"unsupported weight quant_method: {method}")
-            return cls.WEIGHT_SCHEMA_MAP[method].from_config(config)
-        return cls(**_kwargs_from(cls, config))
+        return _from_config(cls, BaseWeightSchema, cls.WEIGHT_SCHEMA_MAP, "weight", config)
 
     def get_tensors_attrs(self, shape_n: int, shape_k: int, param_dtype, num_experts: int | None = None,
                           has_bias: bool = False, stack_size: int = 1) -> dict[str, dict[str, Any]]:
@@ -85,12 +91,7 @@ class BaseInputSchema:
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> BaseInputSchema:
-        if cls is BaseInputSchema:
-            method = config["quant_method"]
-            if method not in cls.INPUT_SCHEMA_MAP:
-                raise ValueError(f"unsupported input quant_method: {method}")
-            return cls.INPUT_SCHEMA_MAP[method].from_config(config)
-        return cls(**_kwargs_from(cls, config))
+        return _from_config(cls, BaseInputSchema, cls.INPUT_SCHEMA_MAP, "input", config)
 
     def get_tensors_attrs(self, shape_k: int, param_dtype, num_experts: int | None = None,
                           stack_size: int = 1) -> dict[str, dict[str, Any]]:
