@@ -59,3 +59,23 @@ def test_params_struct_layout():
     raw = ops.MOE_PARAMS.pack(*range(1, 11), 111, 222, *range(301, 311))
     assert struct.unpack_from("@q", raw, 80)[0] == 111 and struct.unpack_from("@i", raw, 96)[0] == 301
     assert struct.unpack_from("@i", raw, 96 + 4 * 9)[0] == 310  # max_m is the last field
+
+
+def test_cpu_grouped_paths_write_only_valid_rows():
+    """The CPU reference path keeps the kernels' contract: padding rows (m_indices -1) and rows
+    past masked_m are left as they were."""
+    from chord_kernels import contiguous, masked
+
+    e, n, k = 3, 32, 128
+    codes = torch.randint(0, 16, (e, n, k), dtype=torch.uint8)
+    scale = torch.rand(e, n, k // 32).to(torch.bfloat16)
+    a = torch.randn(24, k).to(torch.bfloat16)
+    out = torch.full((24, n), float("nan"), dtype=torch.bfloat16)
+    m_indices = torch.full((24,), -1, dtype=torch.int32)
+    m_indices[:3] = 0
+    contiguous(a, layouts.pack_w4a16(codes, scale, "contiguous"), m_indices, out)
+    assert torch.isfinite(out[:3].float()).all() and torch.isnan(out[3:].float()).all()
+    out.fill_(float("nan"))
+    masked(a, layouts.pack_w4a16(codes, scale, "masked"), torch.tensor([2, 0, 8], dtype=torch.int32), 4, out)
+    written = torch.isfinite(out.float()).all(dim=1)
+    assert written.tolist() == [True] * 2 + [False] * 6 + [False] * 8 + [True] * 8

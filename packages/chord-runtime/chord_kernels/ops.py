@@ -210,8 +210,9 @@ def contiguous(a: torch.Tensor, packed: PackedW4A16, m_indices: torch.Tensor, ou
         routing.validate_m_indices(m_indices, packed.num_experts)
     if out is None:
         out = torch.empty(a.shape[0], packed.n, dtype=torch.bfloat16, device=a.device)
-    if a.device.type == "cpu":
-        out.copy_(reference.moe_contiguous_reference(a, reference.dequantize_w4a16(packed), m_indices))
+    if a.device.type == "cpu":  # the reference, writing only the rows the kernel writes
+        valid = m_indices >= 0
+        out[valid] = reference.moe_contiguous_reference(a, reference.dequantize_w4a16(packed), m_indices)[valid]
         return out
     rows_per_expert = a.shape[0] // max(packed.num_experts, 1)
     _grouped_launch("contiguous", a, packed, out, rows_per_expert, lambda tile: -(-a.shape[0] // tile),
@@ -268,8 +269,9 @@ def masked(a: torch.Tensor, packed: PackedW4A16, masked_m: torch.Tensor, expecte
         routing.validate_masked(masked_m, g, max_m)
     if out is None:
         out = torch.empty(a2.shape[0], packed.n, dtype=torch.bfloat16, device=a.device)
-    if a.device.type == "cpu":
-        out.copy_(reference.moe_masked_reference(a2, reference.dequantize_w4a16(packed), masked_m))
+    if a.device.type == "cpu":  # the reference, writing only the rows the kernel writes
+        valid = (torch.arange(max_m)[None, :] < masked_m[:, None].long()).reshape(-1)
+        out[valid] = reference.moe_masked_reference(a2, reference.dequantize_w4a16(packed), masked_m)[valid]
         return out
     _grouped_launch("masked", a2, packed, out, expected_m, lambda tile: g * -(-max_m // tile),
                     masked_m=masked_m, max_m=max_m)
