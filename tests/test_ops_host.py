@@ -79,3 +79,30 @@ def test_cpu_grouped_paths_write_only_valid_rows():
     masked(a, layouts.pack_w4a16(codes, scale, "masked"), torch.tensor([2, 0, 8], dtype=torch.int32), 4, out)
     written = torch.isfinite(out.float()).all(dim=1)
     assert written.tolist() == [True] * 2 + [False] * 6 + [False] * 8 + [True] * 8
+
+
+def test_indexed_launch_path_packs_and_launches_once_per_signature(stub_device, monkeypatch):
+    """The CUDA launch path itself (plan lookup, parameter pack, launch), run with CPU tensors
+    and a stub kernel: one plan per signature, parameters point at this call's tensors."""
+    launches = []
+
+    class StubKernel:
+        def launch(self, grid, block, smem, stream, params):
+            launches.append((grid, block, smem, stream, params))
+
+    monkeypatch.setattr(ops, "_load", lambda launch, device: stub_device.append(launch.spec) or StubKernel())
+    monkeypatch.setattr(ops, "_current_stream", lambda index: 77)
+    ops._indexed_plans.clear()
+    a, packed, sorted_ids, expert_ids, ntp, out = _problem()
+    for _ in range(3):
+        ops._indexed_cuda(a, packed, sorted_ids, expert_ids, ntp, 2, 8, out)
+    assert len(stub_device) == 1 and len(launches) == 3  # resolved once, launched every call
+    grid, block, smem, stream, raw = launches[-1]
+    fields = ops.MOE_PARAMS.unpack(raw)
+    assert fields[:7] == (a.data_ptr(), packed.qweight.data_ptr(), packed.scale.data_ptr(), out.data_ptr(),
+                          sorted_ids.data_ptr(), expert_ids.data_ptr(), ntp.data_ptr())
+    assert fields[7:10] == (0, 0, 0) and fields[10:12] == (a.stride(0), out.stride(0)) and stream == 77
+    assert fields[12:] == ops._indexed_plans[next(iter(ops._indexed_plans))][4]
+    ops._indexed_cuda(a[:2], packed, sorted_ids, expert_ids, ntp, 2, 8, out)  # a new signature
+    assert len(stub_device) == 2
+    ops._indexed_plans.clear()

@@ -140,6 +140,12 @@ def indexed(a: torch.Tensor, packed: PackedW4A16, sorted_ids: torch.Tensor, expe
         _require_int32(a.device, sorted_ids=sorted_ids, expert_ids=expert_ids, num_tokens_padded=num_tokens_padded)
         w = reference.dequantize_w4a16(packed)
         return reference.moe_indexed_reference(a, w, sorted_ids, expert_ids, num_tokens_padded, top_k, block_m, out)
+    _indexed_cuda(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, block_m, out)
+    return out
+
+
+def _indexed_cuda(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, block_m, out) -> None:
+    """The launch path: a plan lookup keyed on the call's signature, then pack and launch."""
     qw = packed.qweight
     key = (a.shape, a.stride(), a.dtype, a.get_device(), qw.shape, qw.get_device(), packed.block_k,
            sorted_ids.shape, sorted_ids.dtype, sorted_ids.get_device(), expert_ids.shape, expert_ids.dtype,
@@ -155,7 +161,6 @@ def indexed(a: torch.Tensor, packed: PackedW4A16, sorted_ids: torch.Tensor, expe
                              sorted_ids.data_ptr(), expert_ids.data_ptr(), num_tokens_padded.data_ptr(), 0, 0, 0,
                              a.stride(0), out.stride(0), *int_values)
     kernel.launch(grid, block, launch.smem_bytes, _current_stream(device_index), params)
-    return out
 
 
 # torch's raw current-stream query (what Triton launches on) costs ~0.2 µs; the public
