@@ -51,26 +51,8 @@ import torch
 E, TOP_K, H, I = 4, 2, 256, 128  # noqa: E741  (Kimi K2: 384 experts, top-8, H 7168, I 2048)
 BF16 = torch.bfloat16
 
-# The real Kimi K2 (moonshotai/Kimi-K2-Instruct-0905 INT4 / K2-Thinking) quantization_config block.
-KIMI_K2_QUANT_CONFIG = {
-    "config_groups": {
-        "group_0": {
-            "input_activations": None,
-            "output_activations": None,
-            "targets": ["Linear"],
-            "weights": {
-                "actorder": None, "block_structure": None, "dynamic": False, "group_size": 32,
-                "num_bits": 4, "observer": "minmax", "observer_kwargs": {}, "strategy": "group",
-                "symmetric": True, "type": "int",
-            },
-        }
-    },
-    "format": "pack-quantized",
-    "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"],
-    "kv_cache_scheme": None,
-    "quant_method": "compressed-tensors",
-    "quantization_status": "compressed",
-}
+# The real Kimi K2-Thinking quantization_config block: one definition, the fixture generator's.
+from chord_pack.fixtures import QUANTIZATION_CONFIG as KIMI_K2_QUANT_CONFIG  # noqa: E402
 
 RESULTS: dict = {"steps": [], "cases": {}}
 
