@@ -16,6 +16,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def pytest_collection_modifyitems(config, items):
+    if not items:
+        return
     import torch
 
     if torch.cuda.is_available():
