@@ -102,6 +102,15 @@ def test_convert_verify_inspect(src, mode, tmp_path):
     owner = cfg if "quantization_config" in cfg else cfg["text_config"]
     assert "quantization_config" in owner and owner["chord"]["mode"] == mode
     assert owner["chord"]["block_k"] == BLOCK_K_BY_MODE[mode] and owner["chord"]["source"]["revision"] is None
+    src_cfg = json.loads((src / "config.json").read_text())
+    src_qc = (src_cfg if "quantization_config" in src_cfg else src_cfg["text_config"])["quantization_config"]
+    # the Humming declaration vLLM reads (quant_method humming -> humming.schema's Chord-packed
+    # schema); the compressed-tensors block it replaces travels in the chord block
+    assert owner["quantization_config"] == {
+        "quant_method": "humming", "format": "chord-packed", "b_dtype": "uint4", "bs_dtype": "bfloat16",
+        "weight_scale_group_size": 32, "chord_mode": mode, "chord_block_k": BLOCK_K_BY_MODE[mode],
+        "chord_format_version": FORMAT_VERSION, "chord_sharding": None, "ignore": src_qc["ignore"]}
+    assert owner["chord"]["source_quantization_config"] == src_qc
     assert (out / "generation_config.json").read_bytes() == (src / "generation_config.json").read_bytes()
     for f in out.glob("*.safetensors"):
         with safe_open(str(f), "pt") as sf:

@@ -8,7 +8,9 @@ is idempotent and returns at once when up to date), then runs tests/vllm_contrac
 it. The driver runs vLLM's own code for both routes (`--moe-backend humming` on the
 compressed-tensors config, `--quantization humming`) and every gemm type, from layer
 construction to a numerical MoE forward through Chord's CPU reference path; see its docstring
-for the steps, the three CPU stubs and what a CPU machine cannot run.
+for the steps, the three CPU stubs and what a CPU machine cannot run. It also serves a
+pre-packed `chord-pack convert` output through `--quantization humming` at TP1, TP2 and EP2
+(test_prepacked_*).
 
 The calls vLLM made into `humming` land in <tmp>/recorded_calls.json; a trimmed copy is kept in
 tests/vllm_contract/sample_calls.json for the GPU replay (refresh it with
@@ -84,3 +86,39 @@ def test_recorded_calls(contract_run):
         sample = dict(rec, calls=[c for c in calls if c["case"] in keep])
         SAMPLE.write_text(json.dumps(sample, indent=1) + "\n")
     assert SAMPLE.exists(), "tests/vllm_contract/sample_calls.json missing (CHORD_UPDATE_VLLM_SAMPLE=1 writes it)"
+
+
+PREPACKED_RANKS = ["tp1/rank0", "tp2/rank0", "tp2/rank1", "ep2/rank0", "ep2/rank1"]
+
+
+@pytest.mark.parametrize("rank", PREPACKED_RANKS)
+def test_prepacked_checkpoint_rank(contract_run, rank):
+    """A `chord-pack convert` output through --quantization humming: vLLM's loader slices the
+    packed tensors for this rank (exact bytes checked in the driver), nothing is repacked (the
+    final parameters live in the storage vLLM loaded into), and the gemm type vLLM picks runs."""
+    results, _ = contract_run
+    info = results["prepacked"]["ranks"][rank]
+    group, r = rank.split("/rank")
+    size = int(group[2:])
+    assert info["quant_method"] == "HummingMoEMethod" and info["schema"] == "ChordPackedWeightSchema"
+    if group.startswith("ep"):
+        assert info["use_ep"] and info["ep"] == [size, int(r)] and info["gemm_type"] == "grouped_contiguous"
+        assert info["experts_class"] == "HummingGroupedExperts"
+        assert info["global_experts"] == list(range(int(r) * 4 // size, (int(r) + 1) * 4 // size))
+    else:
+        assert not info["use_ep"] and info["tp"] == [size, int(r)] and info["gemm_type"] == "indexed"
+        assert info["experts_class"] == "HummingIndexedExperts"
+    assert all(info["no_repack_same_storage"].values()), info["no_repack_same_storage"]
+    assert info["layer_configs"]["w13"]["chord_mode_source"] == "checkpoint"
+
+
+def test_prepacked_checkpoint_numerics_and_errors(contract_run):
+    results, _ = contract_run
+    pre = results["prepacked"]
+    assert pre["quantization_config"]["quant_method"] == "humming"
+    assert pre["quantization_config"]["format"] == "chord-packed"
+    for group, ranks in (("tp1", 1), ("tp2", 2), ("ep2", 2)):
+        assert pre["groups"][group]["ranks"] == ranks
+        assert pre["groups"][group]["rel_err"] < 2e-2, pre["groups"]
+    assert "'masked'" in pre["mode_mismatch"] and "'indexed'" in pre["mode_mismatch"]
+    assert "K=32" in pre["tp4_refusal"]

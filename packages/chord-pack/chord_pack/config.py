@@ -12,6 +12,10 @@ from .errors import ChordPackError
 
 CONFIG_NAME = "config.json"
 CHORD_KEY = "chord"  # the block chord-pack adds next to quantization_config
+# A converted checkpoint's quantization_config declares it to vLLM's Humming route
+# (quant_method "humming"); ``humming.schema`` (packages/humming-compat) reads these keys.
+PACKED_FORMAT = "chord-packed"
+SOURCE_QC_KEY = "source_quantization_config"  # the original compressed-tensors block, in `chord`
 
 # What the Chord kernels implement: compressed-tensors pack-quantized, INT4, symmetric, group 32.
 _REQUIRED_WEIGHT_ARGS = {
@@ -60,10 +64,36 @@ class ModelConfig:
         return False
 
     def with_chord_block(self, block: dict) -> dict:
-        """A copy of config.json with ``chord`` placed beside ``quantization_config``."""
+        """A copy of config.json with ``chord`` placed beside ``quantization_config``, and
+        ``quantization_config`` replaced by the Humming declaration of the packed tensors (the
+        original compressed-tensors block moves into ``chord.source_quantization_config``)."""
         cfg = copy.deepcopy(self.raw)
-        self._owner(cfg)[CHORD_KEY] = block
+        owner = self._owner(cfg)
+        source_qc = owner["quantization_config"]
+        owner[CHORD_KEY] = {**block, SOURCE_QC_KEY: source_qc}
+        owner["quantization_config"] = humming_quantization_config(source_qc, block)
         return cfg
+
+
+def humming_quantization_config(source_qc: dict, block: dict) -> dict:
+    """What a converted checkpoint tells vLLM: ``quant_method "humming"`` (vLLM selects its Humming
+    route, ``--quantization humming``, from it) and ``format "chord-packed"`` (our
+    ``humming.schema`` then describes the packed tensors, so vLLM's own loaders slice them per
+    rank and nothing is repacked at load). ``ignore`` is the source's list, so the same modules
+    stay BF16. No key is named ``dtype``/``group_size``: vLLM also parses this dict as a Humming
+    input schema, where those names are activation-quantization aliases."""
+    return {
+        "quant_method": "humming",
+        "format": PACKED_FORMAT,
+        "b_dtype": "uint4",
+        "bs_dtype": "bfloat16",
+        "weight_scale_group_size": 32,
+        "chord_mode": block["mode"],
+        "chord_block_k": block["block_k"],
+        "chord_format_version": block["format_version"],
+        "chord_sharding": block.get("sharding"),
+        "ignore": list(source_qc.get("ignore") or []),
+    }
 
 
 def find_chord_block(cfg: dict) -> dict | None:
@@ -109,6 +139,14 @@ def load_config(root: Path, *, allow_chord: bool = False) -> ModelConfig:
             "compressed-tensors checkpoint")
     qcfg = raw["quantization_config"] if owner is None else text["quantization_config"]
     where = "quantization_config" if owner is None else "text_config.quantization_config"
+    chord = find_chord_block(raw)
+    if chord is not None and qcfg.get("format") == PACKED_FORMAT:
+        # a chord-pack output: its quantization_config is the Humming declaration; the source's
+        # compressed-tensors block (checked here as for a source) travels in the chord block
+        qcfg = chord.get(SOURCE_QC_KEY)
+        where = f"{CHORD_KEY}.{SOURCE_QC_KEY}"
+        if not isinstance(qcfg, dict):
+            raise ChordPackError(f"{path}: Chord-packed config has no {where}")
     validate_quantization_config(qcfg, f"{path}: {where}")
 
     def dim(key: str, default: int | None = None, minimum: int = 1) -> int:

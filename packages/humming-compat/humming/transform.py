@@ -7,6 +7,10 @@ local experts' ``weight`` (int32 [E, N, K/8], compressed-tensors nibble order) a
 = BF16 [E, K/32, N]. The packing mode comes from the gemm type vLLM will run and is recorded
 in the returned :class:`LayerConfig`, so running the weights with another gemm type is a clear
 error. Nothing is padded: Chord takes N % 16 == 0 and K % BLOCK_K == 0 as they are.
+
+A pre-packed checkpoint (``chord-pack convert`` output, :class:`ChordPackedWeightSchema`) is
+not repacked: its loaded tensors are re-viewed as ``PackedW4A16`` (same storage, no copy) and
+its recorded mode is checked against the gemm type vLLM runs.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from .config import GemmType, InputQuantizationMode, LayerConfig, WeightScaleTyp
 from .config.config import as_gemm_type, chord_mode_for
 from .device import DeviceInfo, check_supported_device
 from .errors import not_supported
-from .schema import HummingInputSchema, HummingWeightSchema
+from .schema import ChordPackedWeightSchema, HummingInputSchema, HummingWeightSchema
 from .schema.humming import GROUP_SIZE
 
 __all__ = ["DeviceInfo", "gemm_type_from_env", "prepare_and_transform_humming_tensors"]
@@ -87,6 +91,8 @@ def prepare_and_transform_humming_tensors(
     if not num_experts:
         raise not_supported("dense (non-MoE) quantized linear layers",
                             "Kimi K2.x keeps its non-expert layers unquantized (the checkpoint's ignore list)")
+    if isinstance(weight_schema, ChordPackedWeightSchema):
+        return _wrap_prepacked(tensors, shape_n, shape_k, weight_schema, num_experts, device, gemm_type)
     tensors = dict(tensors)
     if "weight" not in tensors and "weight_packed" in tensors:
         tensors["weight"] = tensors.pop("weight_packed")
@@ -122,3 +128,45 @@ def prepare_and_transform_humming_tensors(
         chord_mode=mode, chord_mode_source=source, chord_block_k=block_k,
     )
     return config, {"weight": qweight, "weight_scale": packed_scale}
+
+
+def _wrap_prepacked(tensors, shape_n, shape_k, schema: ChordPackedWeightSchema, num_experts, device, gemm_type):
+    """A Chord-packed checkpoint: view the loaded parameters as ``PackedW4A16`` (no copy, no
+    repack) and check its mode against the gemm type vLLM will run, where that is already known
+    (an explicit VLLM_HUMMING_MOE_GEMM_TYPE, or ``auto``, which never runs ``grouped_masked``);
+    vLLM's experts re-check it with the final gemm type (``humming.tune.check_mode``)."""
+    from chord_kernels.layouts import BLOCK_K_BY_MODE
+
+    from .errors import ModeMismatchError
+
+    extra = set(tensors) - {"weight", "weight_scale"}
+    if extra:
+        raise not_supported(f"weight tensors {sorted(extra)} in a Chord-packed checkpoint")
+    if not num_experts:
+        raise not_supported("dense (non-MoE) quantized linear layers")
+    packed = schema.packed_tensors(tensors["weight"], tensors["weight_scale"])
+    if (packed.num_experts, packed.n, packed.k) != (num_experts, shape_n, shape_k):
+        raise ValueError(f"Chord-packed weight holds {(packed.num_experts, packed.n, packed.k)} (E, N, K); "
+                         f"vLLM expects {(num_experts, shape_n, shape_k)}")
+    check_supported_device(device if device is not None else packed.device)
+    if gemm_type is not None:
+        gt, source = as_gemm_type(gemm_type), "explicit"
+    else:
+        gt, source = gemm_type_from_env()
+    need = chord_mode_for(gt)
+    if BLOCK_K_BY_MODE[need] != packed.block_k:
+        how = {"auto": f"{GEMM_TYPE_ENV} unset/auto", "env": f"{GEMM_TYPE_ENV}={gt.value}"}.get(source, "requested")
+        raise ModeMismatchError(
+            f"the checkpoint was packed by chord-pack for Chord mode {packed.mode!r} (BLOCK_K {packed.block_k}) "
+            f"but vLLM runs gemm_type {gt.value!r} ({how}), which needs mode {need!r} (BLOCK_K "
+            f"{BLOCK_K_BY_MODE[need]}); serve it with the gemm type of its mode or re-convert with "
+            f"chord-pack --mode {need}")
+    sm_version = DeviceInfo(packed.device).sm_version if packed.qweight.is_cuda else None
+    config = LayerConfig(
+        sm_version=sm_version, shape_n=shape_n, shape_k=shape_k, pad_shape_n=0, pad_shape_k=0,
+        num_experts=num_experts, b_dtype=dtypes.uint4, a_dtype=dtypes.bfloat16, c_dtype=dtypes.bfloat16,
+        bs_dtype=dtypes.bfloat16, input_quant_mode=InputQuantizationMode.Disabled,
+        weight_scale_group_size=GROUP_SIZE, weight_scale_type=WeightScaleType.GROUP,
+        chord_mode=packed.mode, chord_mode_source="checkpoint", chord_block_k=packed.block_k,
+    )
+    return config, {"weight": packed.qweight, "weight_scale": packed.scale}

@@ -2,11 +2,13 @@
 
 ``BaseWeightSchema.from_config(cfg)`` dispatches on ``cfg["quant_method"]``. Supported:
 ``compressed-tensors`` (pack-quantized int4 symmetric group 32) and ``humming`` (uint4,
-group-32 BF16 scales). The other names exist so vLLM's imports and lookups succeed; using one
+group-32 BF16 scales; with ``format "chord-packed"`` a pre-packed ``chord-pack convert`` output,
+:class:`ChordPackedWeightSchema`). The other names exist so vLLM's imports and lookups succeed; using one
 raises :class:`humming.errors.NotSupportedError` naming the scheme.
 """
 
 from .base import BaseInputSchema, BaseWeightSchema
+from .chord import ChordPackedWeightSchema
 from .compressed_tensors import CompressedTensorsInputSchema, CompressedTensorsWeightSchema
 from .fp8 import Fp8InputSchema, Fp8WeightSchema
 from .humming import HummingInputSchema, HummingWeightSchema, is_humming_schema_compatible
@@ -48,6 +50,7 @@ BaseInputSchema.INPUT_SCHEMA_MAP = INPUT_SCHEMA_MAP
 
 __all__ = [
     "AWQWeightSchema", "AutoRoundWeightSchema", "BaseInputSchema", "BaseWeightSchema", "BitnetWeightSchema",
+    "ChordPackedWeightSchema",
     "CompressedTensorsInputSchema", "CompressedTensorsWeightSchema", "Fp8InputSchema", "Fp8WeightSchema",
     "GPTQWeightSchema", "GptOssMxfp4WeightSchema", "HummingInputSchema", "HummingWeightSchema",
     "INPUT_SCHEMA_MAP", "Mxfp4WeightSchema", "QuarkInputSchema", "QuarkWeightSchema", "WEIGHT_SCHEMA_MAP",

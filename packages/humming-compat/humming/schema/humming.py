@@ -67,6 +67,17 @@ class HummingWeightSchema(BaseWeightSchema):
         if self.weight_scale_2_type is None:
             self.weight_scale_2_type = WeightScale2Type.NONE
 
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> HummingWeightSchema:
+        """``quant_method "humming"``; with ``format "chord-packed"`` (a ``chord-pack convert``
+        output) the weights are already in Chord's layout: :class:`ChordPackedWeightSchema`."""
+        if cls is HummingWeightSchema:
+            from .chord import ChordPackedWeightSchema, is_chord_packed_config
+
+            if is_chord_packed_config(config):
+                return ChordPackedWeightSchema.from_config(config)
+        return super().from_config(config)
+
     def unsupported_reason(self, param_dtype: torch.dtype | None = None) -> str | None:
         """The first option Chord does not implement, named, or None."""
         if self.b_dtype != dtypes.uint4:
@@ -96,7 +107,7 @@ class HummingWeightSchema(BaseWeightSchema):
     def get_tensors_attrs(self, shape_n, shape_k, param_dtype, num_experts=None, has_bias=False,
                           stack_size=1) -> dict[str, dict[str, Any]]:
         """The unpacked humming layout: ``weight`` int32 [N, K/8] (8 codes along K per word) and
-        ``weight_scale`` [N, K/32] (a pre-packed Chord checkpoint is described in a later slice)."""
+        ``weight_scale`` [N, K/32] (a pre-packed Chord checkpoint: :mod:`humming.schema.chord`)."""
         self.check_supported(param_dtype)
         if has_bias:
             raise not_supported("bias on quantized MoE/linear weights")

@@ -31,8 +31,14 @@ def check_mode(layer_config: LayerConfig, gemm_type) -> str:
         raise not_supported("a LayerConfig that Chord's transform did not produce")
     if have == need:
         return need
-    if layer_config.chord_mode_source == "auto" and BLOCK_K_BY_MODE[have] == BLOCK_K_BY_MODE[need]:
+    if layer_config.chord_mode_source in ("auto", "checkpoint") and BLOCK_K_BY_MODE[have] == BLOCK_K_BY_MODE[need]:
         return need  # indexed and contiguous share one packed format (BLOCK_K 64)
+    if layer_config.chord_mode_source == "checkpoint":
+        raise ModeMismatchError(
+            f"the checkpoint was packed by chord-pack for Chord mode {have!r} (BLOCK_K {BLOCK_K_BY_MODE[have]}) "
+            f"but vLLM runs gemm_type {gt.value!r}, which needs mode {need!r} (BLOCK_K {BLOCK_K_BY_MODE[need]}); "
+            f"serve it with the gemm type of its mode (VLLM_HUMMING_MOE_GEMM_TYPE) or re-convert with "
+            f"chord-pack --mode {need}")
     raise ModeMismatchError(
         f"the weights were packed for Chord mode {have!r} but vLLM runs gemm_type {gt.value!r}, which needs "
         f"{need!r}; set VLLM_HUMMING_MOE_GEMM_TYPE to the gemm type you serve with before loading "
