@@ -3,7 +3,8 @@ checks, dispatch and launch, on a problem so small the GPU never holds the host 
 
     python3 -m benchmarks.host_overhead [--calls 20000]
 
-Prints µs per call for each entry point; GPU only (SM90). The launches queue asynchronously,
+Prints µs per call for each entry point (indexed, contiguous, contiguous_offsets, masked with a
+2-D and a 3-D input, and an empty torch launch for scale); GPU only (SM90). The launches queue asynchronously,
 so wall time over many calls is the host cost; one synchronize at the end is excluded.
 """
 
@@ -14,7 +15,7 @@ import json
 import time
 
 import torch
-from chord_kernels import contiguous_offsets, indexed, layouts, masked, routing
+from chord_kernels import contiguous, contiguous_offsets, indexed, layouts, masked, routing
 
 
 def per_call_us(fn, calls: int) -> float:
@@ -47,10 +48,15 @@ def main() -> None:
     counts = torch.tensor([1, 0, 1, 0], dtype=torch.int32, device="cuda")
     a8 = torch.randn(e * 8, k, device="cuda").to(torch.bfloat16)
     out8 = torch.empty(e * 8, n, dtype=torch.bfloat16, device="cuda")
+    m_indices = torch.full((e * 8,), -1, dtype=torch.int32, device="cuda")
+    a8_3d = a8.view(e, 8, k)
+    m_indices[0], m_indices[16] = 0, 2  # DeepGEMM form: segments of 8 aligned rows, -1 padding
     results = {
         "indexed": per_call_us(lambda: indexed(a, w_idx, sorted_ids, expert_ids, ntp, 2, 8, out), args.calls),
         "contiguous_offsets": per_call_us(lambda: contiguous_offsets(a, w_con, offsets, out[:2], expected_m=1), args.calls),
+        "contiguous": per_call_us(lambda: contiguous(a8, w_con, m_indices, out8), args.calls),
         "masked": per_call_us(lambda: masked(a8, w_msk, counts, 1, out8), args.calls),
+        "masked_3d": per_call_us(lambda: masked(a8_3d, w_msk, counts, 1, out8), args.calls),
         "torch_empty_launch_floor": per_call_us(lambda: torch.empty(1, device="cuda").zero_(), args.calls),
     }
     print(json.dumps({"gpu": torch.cuda.get_device_name(), "us_per_call": results}, indent=1))

@@ -106,3 +106,134 @@ def test_indexed_launch_path_packs_and_launches_once_per_signature(stub_device, 
     ops._indexed_cuda(a[:2], packed, sorted_ids, expert_ids, ntp, 2, 8, out)  # a new signature
     assert len(stub_device) == 2
     ops._indexed_plans.clear()
+
+
+# ----------------------------------------------------------------------------------- grouped
+
+
+def _grouped_problem(mode, e=4, n=64, k=256, rows=24):
+    codes = torch.randint(0, 16, (e, n, k), dtype=torch.uint8)
+    scale = torch.rand(e, n, k // 32).to(torch.bfloat16)
+    packed = layouts.pack_w4a16(codes, scale, mode)
+    a = torch.randn(rows, k).to(torch.bfloat16)
+    out = torch.empty(rows, n, dtype=torch.bfloat16)
+    return packed, a, out
+
+
+@pytest.fixture
+def grouped_stub(stub_device, monkeypatch):
+    """select_grouped counted, kernels stubbed (launches recorded), stream 77, plans cleared."""
+    calls, launches = [], []
+
+    class StubKernel:
+        def launch(self, grid, block, smem, stream, params):
+            launches.append((grid, block, smem, stream, params))
+
+    real_select = ops.select_grouped
+    monkeypatch.setattr(ops, "select_grouped", lambda problem, arch: calls.append(problem) or real_select(problem, arch))
+    monkeypatch.setattr(ops, "_load", lambda launch, device: stub_device.append(launch.spec) or StubKernel())
+    monkeypatch.setattr(ops, "_current_stream", lambda index: 77)
+    ops._grouped_plans.clear()
+    yield {"select": calls, "launches": launches, "loaded": stub_device}
+    ops._grouped_plans.clear()
+
+
+@pytest.mark.parametrize("routing_name", ["contiguous", "contiguous_offsets", "masked"])
+def test_grouped_launch_path_resolves_once_per_signature(grouped_stub, routing_name):
+    """The grouped CUDA launch path (plan lookup, parameter pack, launch) with CPU tensors and a
+    stub kernel: the second and later calls of one signature do not select or load a kernel
+    again, and the parameters point at each call's own tensors."""
+    mode = "masked" if routing_name == "masked" else "contiguous"
+    packed, a, out = _grouped_problem(mode)
+    route = {"contiguous": torch.zeros(24, dtype=torch.int32),
+             "contiguous_offsets": torch.tensor([0, 5, 5, 12, 20]),
+             "masked": torch.tensor([3, 0, 6, 1], dtype=torch.int32)}[routing_name]
+    hint = 0 if routing_name == "contiguous" else 6
+    for _ in range(3):
+        ops._grouped_cuda(routing_name, a, packed, route, out, hint)
+    assert len(grouped_stub["select"]) == 1 and len(grouped_stub["loaded"]) == 1
+    assert len(grouped_stub["launches"]) == 3 and len(ops._grouped_plans) == 1
+    grid, block, smem, stream, raw = grouped_stub["launches"][-1]
+    fields = ops.MOE_PARAMS.unpack(raw)
+    ptrs = dict(zip(ops._POINTERS, fields[:10], strict=True))
+    slot_name = {"contiguous": "m_indices", "contiguous_offsets": "expert_offsets", "masked": "masked_m"}[routing_name]
+    assert ptrs["a"] == a.data_ptr() and ptrs["qweight"] == packed.qweight.data_ptr()
+    assert ptrs["scale"] == packed.scale.data_ptr() and ptrs["out"] == out.data_ptr()
+    assert ptrs[slot_name] == route.data_ptr()
+    assert all(v == 0 for name, v in ptrs.items() if name not in ("a", "qweight", "scale", "out", slot_name))
+    assert fields[10:12] == (a.stride(0), out.stride(0)) and stream == 77
+    ints = dict(zip(ops._INTS, fields[12:], strict=True))
+    problem = grouped_stub["select"][0]
+    launch = dispatch.select_grouped(problem)
+    tile = launch.rows_per_cta
+    assert (ints["num_routes"], ints["n"], ints["k"], ints["num_experts"]) == (24, 64, 256, 4)
+    assert problem == dispatch.GroupedProblem(routing_name, 64, 256, 4, 6, packed.block_k)  # 24 rows / 4 = hint 6
+    grid_y = {"contiguous": -(-24 // tile), "contiguous_offsets": -(-24 // tile) + 4,
+              "masked": 4 * -(-6 // tile)}[routing_name]
+    assert grid == (-(-64 // launch.cols_per_cta), grid_y, 1) and block == (launch.spec.threads, 1, 1)
+    if routing_name == "masked":
+        assert (ints["max_m"], ints["ctas_per_block"]) == (6, -(-6 // tile))
+    else:
+        assert (ints["max_m"], ints["ctas_per_block"]) == (0, 0)
+    # new tensors with the same signature reuse the plan; a new signature builds one more
+    a_new, out_new = a.clone(), out.clone()
+    ops._grouped_cuda(routing_name, a_new, packed, route, out_new, hint)
+    assert ops.MOE_PARAMS.unpack(grouped_stub["launches"][-1][4])[0] == a_new.data_ptr()
+    assert len(grouped_stub["select"]) == 1
+    if hint:  # another expected_m
+        ops._grouped_cuda(routing_name, a, packed, route, out, 40)
+    else:  # another shape
+        ops._grouped_cuda(routing_name, a[:16], packed, route[:16], out, 0)
+    assert len(grouped_stub["select"]) == 2 and len(ops._grouped_plans) == 2
+
+
+def test_grouped_masked_3d_inputs(grouped_stub):
+    """A [G, max_m, K] input that views as [G*max_m, K] is read in place; one that does not
+    (here: max_m and G swapped in memory) is copied flat on each call, as reshape does."""
+    packed, _, out = _grouped_problem("masked")
+    masked_m = torch.tensor([3, 0, 6, 1], dtype=torch.int32)
+    a3 = torch.randn(4, 6, 256).to(torch.bfloat16)
+    ops._grouped_cuda("masked", a3, packed, masked_m, out, 2)
+    fields = ops.MOE_PARAMS.unpack(grouped_stub["launches"][-1][4])
+    assert fields[0] == a3.data_ptr() and fields[10] == 256
+    strided = torch.randn(6, 4, 256).to(torch.bfloat16).transpose(0, 1)  # [4, 6, 256], not flat-viewable
+    ops._grouped_cuda("masked", strided, packed, masked_m, out, 2)
+    fields = ops.MOE_PARAMS.unpack(grouped_stub["launches"][-1][4])
+    assert fields[0] != strided.data_ptr() and fields[10] == 256
+    plan = ops._grouped_plans[next(k for k in ops._grouped_plans if k[2] == strided.stride())]
+    assert plan[4] is None  # lda decided per call (the copy)
+
+
+def test_grouped_plan_keeps_the_entry_points_checks(grouped_stub):
+    packed_c, a, out = _grouped_problem("contiguous")
+    packed_m, _, _ = _grouped_problem("masked")
+    with pytest.raises(ValueError, match=r"a must be \[m, K\] and m_indices \[m\]"):
+        ops._grouped_cuda("contiguous", a, packed_c, torch.zeros(5, dtype=torch.int32), out, 0)
+    with pytest.raises(ValueError, match="m_indices must be int32"):
+        ops._grouped_cuda("contiguous", a, packed_c, torch.zeros(24, dtype=torch.int64), out, 0)
+    with pytest.raises(ValueError, match=r"expert_offsets must be int64 \[5\]"):
+        ops._grouped_cuda("contiguous_offsets", a, packed_c, torch.zeros(5, dtype=torch.int32), out, 0)
+    with pytest.raises(ValueError, match=r"a must be \[M, K\]"):
+        ops._grouped_cuda("contiguous_offsets", a[None], packed_c, torch.zeros(5, dtype=torch.int64), out, 0)
+    with pytest.raises(ValueError, match=r"a must be \[G\*max_m, K\] or \[G, max_m, K\] with G=4"):
+        ops._grouped_cuda("masked", a[:22], packed_m, torch.zeros(4, dtype=torch.int32), out, 1)
+    with pytest.raises(ValueError, match=r"masked_m must be \[4\]"):
+        ops._grouped_cuda("masked", a, packed_m, torch.zeros(3, dtype=torch.int32), out, 1)
+    with pytest.raises(ValueError, match="a has K=128, the weight has K=256"):
+        ops._grouped_cuda("contiguous", a[:, :128], packed_c, torch.zeros(24, dtype=torch.int32), out, 0)
+    with pytest.raises(ValueError, match="out has shape"):
+        ops._grouped_cuda("contiguous", a, packed_c, torch.zeros(24, dtype=torch.int32), out[:20], 0)
+    assert ops._grouped_plans == {} and grouped_stub["launches"] == []  # a failed check caches nothing
+
+
+def test_grouped_entry_points_check_mode_and_expected_m():
+    packed_c, a, _ = _grouped_problem("contiguous")
+    packed_m, _, _ = _grouped_problem("masked")
+    from chord_kernels import contiguous_offsets, masked
+
+    with pytest.raises(ops.ModeError, match="packed for mode 'masked'"):
+        contiguous_offsets(a, packed_m, torch.tensor([0, 1, 2, 3, 4]))
+    with pytest.raises(ValueError, match="expected_m must be a positive int"):
+        masked(a, packed_m, torch.zeros(4, dtype=torch.int32), 0)
+    with pytest.raises(ValueError, match=r"expert_offsets must be int64 \[5\]"):
+        contiguous_offsets(a, packed_c, torch.tensor([0, 1, 2, 3], dtype=torch.int64))

@@ -10,7 +10,6 @@ entry point can be captured in a CUDA graph.
 
 from __future__ import annotations
 
-import functools
 import struct
 
 import torch
@@ -34,12 +33,6 @@ _POINTERS = ("a", "qweight", "scale", "out", "sorted_ids", "expert_ids", "num_to
              "m_indices", "expert_offsets", "masked_m")
 _INTS = ("num_routes", "n", "k", "top_k", "num_experts", "block_m", "num_blocks", "ctas_per_block",
          "sorted_len", "max_m")
-
-
-def _params(lda: int, ldc: int, **fields) -> bytes:
-    """Pack MoeParams; pointer fields take tensors (or are null), int fields default to 0."""
-    ptrs = [fields[name].data_ptr() if name in fields else 0 for name in _POINTERS]
-    return MOE_PARAMS.pack(*ptrs, lda, ldc, *(fields.get(name, 0) for name in _INTS))
 
 
 class ModeError(ValueError):
@@ -151,7 +144,7 @@ def _indexed_cuda(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, b
            sorted_ids.shape, sorted_ids.dtype, sorted_ids.get_device(), expert_ids.shape, expert_ids.dtype,
            expert_ids.get_device(), num_tokens_padded.dtype, num_tokens_padded.get_device(),
            out.shape, out.stride(), out.dtype, out.get_device(), top_k, block_m,
-           env.get(env.INDEXED_KERNEL, "mma"), env.get(env.TUNING))
+           env.get(env.INDEXED_KERNEL, "auto"), env.get(env.TUNING))
     plan = _indexed_plans.get(key)
     if plan is None:
         plan = _indexed_plans[key] = _indexed_plan(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k,
@@ -175,31 +168,111 @@ def _current_stream(device_index: int) -> int:
 
 
 # ----------------------------------------------------------------------------------- grouped
+#
+# The same hot-path shape as ``indexed``: the CUDA path looks its plan up in one dict keyed on the
+# call's signature (routing form, shapes, strides, dtypes and device indices of every tensor, the
+# packed weight's BLOCK_K, the expected_m hint); the plan (built once per signature by
+# :func:`_grouped_plan`, which runs every argument check) holds the loaded kernel, the grid and the
+# int fields of MoeParams; per call only pointers and the leading dimensions are packed. The
+# grouped family takes no environment overrides, so only CHORD_VALIDATE_ROUTING is read per call.
+
+# MoeParams pointer slot of each form's routing tensor (m_indices, expert_offsets, masked_m).
+_ROUTE_SLOT = {"contiguous": _POINTERS.index("m_indices"), "contiguous_offsets": _POINTERS.index("expert_offsets"),
+               "masked": _POINTERS.index("masked_m")}
 
 
-@functools.lru_cache(maxsize=4096)
-def _grouped_plan(routing_name, rows, a_shape, a_stride, a_dtype, a_device, w_shape, block_k,
-                  out_shape, out_stride, out_dtype, rows_per_expert) -> tuple:
-    e, n, k = w_shape[0], w_shape[1] * 16, w_shape[2] * block_k
-    _check_operands(a_shape, a_stride, a_dtype, k, out_shape, out_stride, out_dtype, rows, n)
-    problem = GroupedProblem(routing_name, n, k, e, max(1, rows_per_expert), block_k)
-    launch = select_grouped(problem, kernel_arch(_device_index(a_device)))
-    return problem, launch, _load(launch, a_device)
+def _masked_shape_message(a, g: int) -> str:
+    return f"a must be [G*max_m, K] or [G, max_m, K] with G={g}, got {tuple(a.shape)}"
 
 
-def _grouped_launch(routing_name: str, a2: torch.Tensor, packed: PackedW4A16, out: torch.Tensor,
-                    rows_per_expert: int, grid_y, **fields) -> None:
-    problem, launch, kernel = _grouped_plan(
-        routing_name, a2.shape[0], tuple(a2.shape), a2.stride(), a2.dtype, a2.device, tuple(packed.qweight.shape),
-        packed.block_k, tuple(out.shape), out.stride(), out.dtype, rows_per_expert)
-    _require(packed.device == a2.device, f"weight is on {packed.device}, a on {a2.device}")
+def _grouped_checks(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route: torch.Tensor) -> None:
+    """The entry points' own checks of ``a`` and the routing tensor, with their messages."""
+    e = packed.num_experts
+    if routing_name == "contiguous":
+        _require(a.dim() == 2 and route.shape == (a.shape[0],),
+                 f"a must be [m, K] and m_indices [m]; got {tuple(a.shape)} and {tuple(route.shape)}")
+        _require_int32(a.device, m_indices=route)
+    elif routing_name == "contiguous_offsets":
+        _require(a.dim() == 2, f"a must be [M, K], got shape {tuple(a.shape)}")
+        _require(route.dtype == torch.int64 and route.shape == (e + 1,) and route.device == a.device,
+                 f"expert_offsets must be int64 [{e + 1}] on {a.device}, got {route.dtype} "
+                 f"{tuple(route.shape)} on {route.device}")
+    elif routing_name == "masked":
+        _require(a.dim() in (2, 3) and a.shape[0] * (a.shape[1] if a.dim() == 3 else 1) % e == 0
+                 and (a.dim() == 2 or a.shape[0] == e), _masked_shape_message(a, e))
+        _require(route.shape == (e,), f"masked_m must be [{e}], got {tuple(route.shape)}")
+        _require_int32(a.device, masked_m=route)
+    else:
+        raise ValueError(f"unknown grouped routing {routing_name!r}")
+
+
+def _grouped_plan(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route: torch.Tensor,
+                  out: torch.Tensor, expected_m) -> tuple:
+    """Every check and decision that depends only on the call's signature, done once per
+    signature (the dict in :func:`_grouped_cuda` memoizes it): the entry point's checks, the
+    operand checks, devices, the problem, the kernel choice and its loaded function, the grid
+    and MoeParams' int fields."""
+    _grouped_checks(routing_name, a, packed, route)
+    e, n, k = packed.num_experts, packed.n, packed.k
+    a2 = a.reshape(-1, a.shape[-1]) if a.dim() == 3 else a
+    # A 3-D masked input that is not a view of [G*max_m, K] is copied flat on every call.
+    flat_copy = a2.data_ptr() != a.data_ptr()
+    rows = a2.shape[0]
+    _check_operands(tuple(a2.shape), a2.stride(), a2.dtype, k, tuple(out.shape), out.stride(), out.dtype, rows, n)
+    _require(packed.device == a.device, f"weight is on {packed.device}, a on {a.device}")
+    _require(out.device == a.device, f"out is on {out.device}, a on {a.device}")
+    if routing_name == "contiguous":
+        rows_per_expert = rows // max(e, 1)
+    elif routing_name == "contiguous_offsets":
+        rows_per_expert = expected_m if expected_m else rows // max(e, 1)
+    else:
+        rows_per_expert = expected_m
+    device_index = _device_index(a.device)
+    problem = GroupedProblem(routing_name, n, k, e, max(1, rows_per_expert), packed.block_k)
+    launch = select_grouped(problem, kernel_arch(device_index))
+    kernel = _load(launch, a.device)
     tile = launch.rows_per_cta
-    if routing_name == "masked":  # CTAs per expert: its max_m rows in tiles
-        fields["ctas_per_block"] = -(-fields["max_m"] // tile)
-    grid = (-(-problem.n // launch.cols_per_cta), grid_y(tile), 1)
-    params = _params(a2.stride(0), out.stride(0), a=a2, qweight=packed.qweight, scale=packed.scale, out=out,
-                     num_routes=a2.shape[0], n=problem.n, k=problem.k, num_experts=problem.num_experts, **fields)
-    kernel.launch(grid, (launch.spec.threads, 1, 1), launch.smem_bytes, _current_stream(_device_index(a2.device)), params)
+    ints = dict(num_routes=rows, n=n, k=k, num_experts=e)
+    if routing_name == "contiguous":
+        grid_y = -(-rows // tile)
+    elif routing_name == "contiguous_offsets":
+        grid_y = -(-rows // tile) + e  # tiles never straddle experts: at most ceil(M / tile) + E
+    else:  # CTAs per expert: its max_m rows in tiles
+        max_m = rows // e
+        ints.update(ctas_per_block=-(-max_m // tile), max_m=max_m)
+        grid_y = e * ints["ctas_per_block"]
+    grid = (-(-n // launch.cols_per_cta), grid_y, 1)
+    int_values = tuple(ints.get(name, 0) for name in _INTS)
+    lda = None if flat_copy else a2.stride(0)
+    return kernel, launch, grid, (launch.spec.threads, 1, 1), lda, _ROUTE_SLOT[routing_name], int_values, device_index
+
+
+_grouped_plans: dict = {}
+
+
+def _grouped_cuda(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route: torch.Tensor,
+                  out: torch.Tensor, expected_m) -> None:
+    """The launch path: a plan lookup keyed on the call's signature, then pack and launch."""
+    qw = packed.qweight
+    key = (routing_name, a.shape, a.stride(), a.dtype, a.get_device(), qw.shape, qw.get_device(), packed.block_k,
+           route.shape, route.dtype, route.get_device(), out.shape, out.stride(), out.dtype, out.get_device(),
+           expected_m)
+    plan = _grouped_plans.get(key)
+    if plan is None:
+        plan = _grouped_plans[key] = _grouped_plan(routing_name, a, packed, route, out, expected_m)
+    kernel, launch, grid, block, lda, slot, int_values, device_index = plan
+    if lda is None:
+        a = a.reshape(-1, a.shape[-1])
+        lda = a.stride(0)
+    r = route.data_ptr()
+    params = MOE_PARAMS.pack(a.data_ptr(), qw.data_ptr(), packed.scale.data_ptr(), out.data_ptr(), 0, 0, 0,
+                             r if slot == 7 else 0, r if slot == 8 else 0, r if slot == 9 else 0,  # _ROUTE_SLOT
+                             lda, out.stride(0), *int_values)
+    kernel.launch(grid, block, launch.smem_bytes, _current_stream(device_index), params)
+
+
+def _validating(validate: bool | None) -> bool:
+    return validate if validate is not None else env.flag(env.VALIDATE_ROUTING)
 
 
 def contiguous(a: torch.Tensor, packed: PackedW4A16, m_indices: torch.Tensor, out: torch.Tensor | None = None,
@@ -208,20 +281,26 @@ def contiguous(a: torch.Tensor, packed: PackedW4A16, m_indices: torch.Tensor, ou
     segment 128-row aligned; ``m_indices`` int32 [m] = expert of each row, -1 on padding rows.
     Returns ``out`` [m, N] with ``out[i] = a[i] @ W[m_indices[i]]^T``; padding rows unspecified."""
     _require_mode(packed, "contiguous")
-    _require(a.dim() == 2 and m_indices.shape == (a.shape[0],),
-             f"a must be [m, K] and m_indices [m]; got {tuple(a.shape)} and {tuple(m_indices.shape)}")
-    _require_int32(a.device, m_indices=m_indices)
-    if routing.validation_enabled(validate):
+    if a.is_cuda:  # the hot path: checks run once per signature, in the plan
+        if out is None:
+            _require(a.dim() == 2, f"a must be [m, K] and m_indices [m]; got {tuple(a.shape)} and "
+                                   f"{tuple(m_indices.shape)}")
+            out = torch.empty(a.shape[0], packed.n, dtype=torch.bfloat16, device=a.device)
+        if _validating(validate):
+            _grouped_checks("contiguous", a, packed, m_indices)
+            routing.validate_m_indices(m_indices, packed.num_experts)
+        _grouped_cuda("contiguous", a, packed, m_indices, out, 0)
+        return out
+    _grouped_checks("contiguous", a, packed, m_indices)
+    if _validating(validate):
         routing.validate_m_indices(m_indices, packed.num_experts)
     if out is None:
         out = torch.empty(a.shape[0], packed.n, dtype=torch.bfloat16, device=a.device)
-    if a.device.type == "cpu":  # the reference, writing only the rows the kernel writes
-        valid = m_indices >= 0
-        out[valid] = reference.moe_contiguous_reference(a, reference.dequantize_w4a16(packed), m_indices)[valid]
+    if a.device.type != "cpu":
+        _grouped_cuda("contiguous", a, packed, m_indices, out, 0)
         return out
-    rows_per_expert = a.shape[0] // max(packed.num_experts, 1)
-    _grouped_launch("contiguous", a, packed, out, rows_per_expert, lambda tile: -(-a.shape[0] // tile),
-                    m_indices=m_indices)
+    valid = m_indices >= 0  # the reference, writing only the rows the kernel writes
+    out[valid] = reference.moe_contiguous_reference(a, reference.dequantize_w4a16(packed), m_indices)[valid]
     return out
 
 
@@ -233,24 +312,26 @@ def contiguous_offsets(a: torch.Tensor, packed: PackedW4A16, expert_offsets: tor
     (rows past ``expert_offsets[-1]`` are neither read nor written). ``expected_m`` (rows per
     expert, a host hint like vLLM's valid_shape_m / E) only steers the launch."""
     _require_mode(packed, "contiguous")
-    e = packed.num_experts
-    _require(a.dim() == 2, f"a must be [M, K], got shape {tuple(a.shape)}")
-    _require(expert_offsets.dtype == torch.int64 and expert_offsets.shape == (e + 1,) and expert_offsets.device == a.device,
-             f"expert_offsets must be int64 [{e + 1}] on {a.device}, got {expert_offsets.dtype} "
-             f"{tuple(expert_offsets.shape)} on {expert_offsets.device}")
-    if routing.validation_enabled(validate):
+    if a.is_cuda:  # the hot path: checks run once per signature, in the plan
+        if out is None:
+            _require(a.dim() == 2, f"a must be [M, K], got shape {tuple(a.shape)}")
+            out = torch.empty(a.shape[0], packed.n, dtype=torch.bfloat16, device=a.device)
+        if _validating(validate):
+            _grouped_checks("contiguous_offsets", a, packed, expert_offsets)
+            routing.validate_offsets(expert_offsets, a.shape[0])
+        _grouped_cuda("contiguous_offsets", a, packed, expert_offsets, out, expected_m)
+        return out
+    _grouped_checks("contiguous_offsets", a, packed, expert_offsets)
+    if _validating(validate):
         routing.validate_offsets(expert_offsets, a.shape[0])
     if out is None:
         out = torch.empty(a.shape[0], packed.n, dtype=torch.bfloat16, device=a.device)
-    if a.device.type == "cpu":
-        m_indices = routing.offsets_to_m_indices(expert_offsets, a.shape[0])
-        valid = m_indices >= 0
-        out[valid] = reference.moe_contiguous_reference(a, reference.dequantize_w4a16(packed), m_indices)[valid]
+    if a.device.type != "cpu":
+        _grouped_cuda("contiguous_offsets", a, packed, expert_offsets, out, expected_m)
         return out
-    rows_per_expert = expected_m if expected_m else a.shape[0] // max(e, 1)
-    # Tiles never straddle experts: at most ceil(M / tile) + E of them.
-    _grouped_launch("contiguous_offsets", a, packed, out, rows_per_expert,
-                    lambda tile: -(-a.shape[0] // tile) + e, expert_offsets=expert_offsets)
+    m_indices = routing.offsets_to_m_indices(expert_offsets, a.shape[0])
+    valid = m_indices >= 0
+    out[valid] = reference.moe_contiguous_reference(a, reference.dequantize_w4a16(packed), m_indices)[valid]
     return out
 
 
@@ -263,21 +344,26 @@ def masked(a: torch.Tensor, packed: PackedW4A16, masked_m: torch.Tensor, expecte
     _require_mode(packed, "masked")
     _require(isinstance(expected_m, int) and expected_m > 0, f"expected_m must be a positive int, got {expected_m!r}")
     g = packed.num_experts
-    _require(a.dim() in (2, 3) and a.shape[0] * (a.shape[1] if a.dim() == 3 else 1) % g == 0
-             and (a.dim() == 2 or a.shape[0] == g),
-             f"a must be [G*max_m, K] or [G, max_m, K] with G={g}, got {tuple(a.shape)}")
-    _require(masked_m.shape == (g,), f"masked_m must be [{g}], got {tuple(masked_m.shape)}")
-    _require_int32(a.device, masked_m=masked_m)
+    if a.is_cuda:  # the hot path: checks run once per signature, in the plan
+        if out is None:
+            _require(a.dim() in (2, 3), _masked_shape_message(a, g))
+            rows = a.shape[0] * (a.shape[1] if a.dim() == 3 else 1)
+            out = torch.empty(rows, packed.n, dtype=torch.bfloat16, device=a.device)
+        if _validating(validate):
+            _grouped_checks("masked", a, packed, masked_m)
+            routing.validate_masked(masked_m, g, a.shape[0] * (a.shape[1] if a.dim() == 3 else 1) // g)
+        _grouped_cuda("masked", a, packed, masked_m, out, expected_m)
+        return out
+    _grouped_checks("masked", a, packed, masked_m)
     a2 = a.reshape(-1, a.shape[-1])
     max_m = a2.shape[0] // g
-    if routing.validation_enabled(validate):
+    if _validating(validate):
         routing.validate_masked(masked_m, g, max_m)
     if out is None:
         out = torch.empty(a2.shape[0], packed.n, dtype=torch.bfloat16, device=a.device)
-    if a.device.type == "cpu":  # the reference, writing only the rows the kernel writes
-        valid = (torch.arange(max_m)[None, :] < masked_m[:, None].long()).reshape(-1)
-        out[valid] = reference.moe_masked_reference(a2, reference.dequantize_w4a16(packed), masked_m)[valid]
+    if a.device.type != "cpu":
+        _grouped_cuda("masked", a, packed, masked_m, out, expected_m)
         return out
-    _grouped_launch("masked", a2, packed, out, expected_m, lambda tile: g * -(-max_m // tile),
-                    masked_m=masked_m, max_m=max_m)
+    valid = (torch.arange(max_m)[None, :] < masked_m[:, None].long()).reshape(-1)  # only the rows the kernel writes
+    out[valid] = reference.moe_masked_reference(a2, reference.dequantize_w4a16(packed), masked_m)[valid]
     return out
