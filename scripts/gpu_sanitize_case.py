@@ -1,5 +1,6 @@
 """Small indexed launches for compute-sanitizer (memcheck / racecheck) on the GPU machine:
-both kernel families, both activation-stage widths, a garbage routing tail."""
+every kernel family, both activation-stage widths, a garbage routing tail; the wgmma tile with
+a ragged 64- and 128-row block, and N narrower than its 256-column tile."""
 
 import os
 
@@ -7,9 +8,12 @@ import torch
 from chord_kernels import indexed, layouts, routing
 
 g = torch.Generator().manual_seed(0)
-for family in ("mma", "simple"):
+CASES = {"mma": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
+         "simple": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
+         "wgmma": ((4, 160, 320, 50, 2, 64), (3, 512, 256, 90, 2, 128), (2, 128, 192, 7, 1, 64))}
+for family, cases in CASES.items():
     os.environ["CHORD_W4A16_INDEXED_KERNEL"] = family
-    for e, n, k, tokens, top_k, block_m in ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)):
+    for e, n, k, tokens, top_k, block_m in cases:
         codes = torch.randint(0, 16, (e, n, k), generator=g, dtype=torch.uint8)
         scale = (torch.rand(e, n, k // 32, generator=g) * 0.05).to(torch.bfloat16)
         packed = layouts.pack_w4a16(codes, scale, "indexed").to("cuda")

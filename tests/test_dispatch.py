@@ -12,9 +12,10 @@ from chord_kernels.dispatch import IndexedProblem
         (4096, 7168, 8, {"NT": 2, "TT": 1, "STAGE_K": 256}),  # EP8 gate_up decode
         (7168, 2048, 16, {"NT": 2, "TT": 2, "STAGE_K": 256}),  # EP8 down
         (512, 7168, 16, {"NT": 1, "TT": 2, "STAGE_K": 256}),  # TP8 gate_up: narrow N, more CTAs
-        (7168, 256, 64, {"NT": 4, "TT": 8, "STAGE_K": 128}),  # TP8 down, mid batch: narrower stages
-        (7168, 256, 128, {"NT": 4, "TT": 8, "STAGE_K": 128}),  # blocks above 64 rows: 2 CTAs each
+        (7168, 256, 32, {"NT": 4, "TT": 4, "STAGE_K": 128}),  # TP8 down, mid batch
         (160, 320, 5, {"NT": 1, "TT": 1, "STAGE_K": 64}),  # not Kimi: K only a multiple of 64
+        (7168, 256, 64, {"NT": 4, "TT": 8, "STAGE_K": 128}),  # TP8 down prefill: short K stays on mma
+        (7168, 256, 128, {"NT": 4, "TT": 8, "STAGE_K": 128}),  # above 64 rows: 2 CTAs each
     ],
 )
 def test_indexed_choice(n, k, block_m, want):
@@ -25,16 +26,41 @@ def test_indexed_choice(n, k, block_m, want):
     assert launch.ctas_per_block(IndexedProblem(n, k, 8, 8, block_m)) == -(-block_m // launch.rows_per_cta)
 
 
+@pytest.mark.parametrize(
+    "n,block_m,want",
+    [
+        (4096, 128, {"WM": 2, "BN": 128}),  # EP8 gate_up prefill: 256 weight rows x 128 rows
+        (7168, 64, {"WM": 2, "BN": 64}),  # 64-row blocks: N of the wgmma is 64
+        (512, 64, {"WM": 2, "BN": 64}),  # TP8 gate_up
+        (160, 128, {"WM": 1, "BN": 128}),  # not Kimi: N narrower than two m64 tiles per warpgroup
+    ],
+)
+def test_indexed_prefill_choice_is_the_wgmma_tile(n, block_m, want):
+    problem = IndexedProblem(n, 7168, 48, 8, block_m)
+    launch = dispatch.select_indexed(problem)
+    assert launch.spec.family == "indexed_wgmma" and launch.spec.threads == 256
+    assert {key: launch.spec.config[key] for key in want} == want
+    assert launch.rows_per_cta == want["BN"] and launch.cols_per_cta == 128 * want["WM"]
+    assert launch.ctas_per_block(problem) == 1
+    # WgmmaTile::Smem: STAGES x (BN rows x 128 B, 8 warps x WM x 512 B, 2 groups x 128*WM bf16) + 2 x BN int32
+    cfg = launch.spec.config
+    assert launch.smem_bytes == cfg["STAGES"] * (cfg["BN"] * 128 + 8 * cfg["WM"] * 512 + 2 * 128 * cfg["WM"] * 2) \
+        + 8 * cfg["BN"]
+    assert launch.smem_bytes <= 227 * 1024
+
+
 def test_grid_covers_n_and_every_routing_block():
-    problem = IndexedProblem(n=4096, k=7168, num_experts=48, top_k=8, block_m=64)
+    problem = IndexedProblem(n=4096, k=7168, num_experts=48, top_k=8, block_m=32)
     launch = dispatch.select_indexed(problem)
     assert launch.grid(problem, num_blocks=10) == (4096 // 256, 10, 1)
     big = IndexedProblem(n=4096, k=7168, num_experts=48, top_k=8, block_m=128)
-    assert dispatch.select_indexed(big).grid(big, num_blocks=10) == (4096 // 256, 10 * 2, 1)
+    assert dispatch.select_indexed(big, family="mma").grid(big, num_blocks=10) == (4096 // 256, 10 * 2, 1)
+    assert dispatch.select_indexed(big).grid(big, num_blocks=10) == (4096 // 256, 10, 1)
 
 
 @pytest.mark.parametrize("valid_shape_m,experts,want", [(1, 48, 8), (400, 48, 16), (1500, 48, 32),
-                                                         (3072, 48, 64), (10**6, 48, 64), (0, 384, 8)])
+                                                         (3072, 48, 64), (3073, 48, 128), (10**6, 48, 128),
+                                                         (0, 384, 8)])
 def test_block_m_follows_rows_per_expert(valid_shape_m, experts, want):
     assert dispatch.indexed_block_m(valid_shape_m, experts) == want
 
@@ -74,7 +100,10 @@ def test_profiles_cover_the_heuristic():
         assert {s.symbol for s in profile_specs(name)} <= reachable
     symbols = {s.symbol for s in all_default_specs()}
     assert {"chord_indexed_mma_NT4_TT8_STAGE_K128_STAGES3", "chord_indexed_mma_NT1_TT1_STAGE_K256_STAGES3",
-            "chord_indexed_simple_BLOCK_K64"} <= symbols
+            "chord_indexed_simple_BLOCK_K64", "chord_indexed_wgmma_WM2_BN128_STAGES6",
+            "chord_indexed_wgmma_WM2_BN64_STAGES6"} <= symbols
+    ep8 = {s.symbol for s in profile_specs("h200_ep8")}
+    assert "chord_indexed_wgmma_WM2_BN128_STAGES6" in ep8
 
 
 def test_non_sm90_gpu_is_a_clear_error(monkeypatch):
@@ -94,6 +123,11 @@ def test_tuning_override(monkeypatch):
         dispatch.choose_indexed_mma(problem, tuning="BM=64")
     with pytest.raises(ValueError, match="STAGE_K must divide K"):
         dispatch.choose_indexed_mma(IndexedProblem(4096, 320, 48, 8, 8), tuning="STAGE_K=256")
+    # One override string serves both tensor-core families: each takes its own keys.
+    wg = dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="NT=4,BN=64,STAGES=4")
+    assert wg.spec.config == {"WM": 2, "BN": 64, "STAGES": 4}
+    with pytest.raises(ValueError, match="WM 1.2, BN 64.128"):
+        dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="BN=96")
     monkeypatch.setenv("CHORD_W4A16_BLOCK_M", "24")
     assert dispatch.indexed_block_m(10, 48) == 24
 

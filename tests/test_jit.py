@@ -131,9 +131,12 @@ def test_no_register_spills_in_any_reachable_kernel(tmp_path):
         src.write_text(spec.source())
         cmd = [nvcc, "-cubin", *compiler.compile_flags(spec, root), "-Xptxas", "-v", "-o", str(src) + ".cubin", str(src)]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
-        return spec.describe(), [int(n) for n in re.findall(r"(\d+) bytes spill stores", out)]
+        # C7515/C7517: ptxas serialized wgmma or injected waits (the async MMA pipeline broken).
+        return spec.describe(), [int(n) for n in re.findall(r"(\d+) bytes spill stores", out)], re.findall(r"C751\d", out)
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         results = list(pool.map(spills, all_default_specs()))
-    bad = [(name, s) for name, s in results if not s or any(s)]
+    bad = [(name, s) for name, s, _ in results if not s or any(s)]
     assert not bad, f"spilling (or unreported) kernels: {bad}"
+    serialized = [(name, w) for name, _, w in results if w]
+    assert not serialized, f"kernels whose wgmma pipeline ptxas serialized: {serialized}"

@@ -27,6 +27,16 @@ __device__ __forceinline__ int64_t fragment_word_index(int expert, int n_tile, i
          k_in_block;
 }
 
+// Int32 word index of the 16-byte chunk a lane reads for (expert, n-tile, 64-wide K sub-block):
+// its four consecutive fragment words (k tiles 4*sub .. 4*sub+3), as one LDS/cp.async of 16 B.
+template <int BLOCK_K>
+__device__ __forceinline__ int64_t fragment_chunk_word(int expert, int n_tile, int sub, int lane, int n_tiles,
+                                                       int k_blocks) {
+  constexpr int kSubsPerBlock = BLOCK_K / 64;
+  return ((((int64_t)expert * n_tiles + n_tile) * k_blocks + sub / kSubsPerBlock) * 32 + lane) * (BLOCK_K / kTile) +
+         (sub % kSubsPerBlock) * 4;
+}
+
 // Position inside the 16x16 tile of the code held in nibble j of lane's word.
 struct FragmentPos {
   int row;

@@ -51,13 +51,6 @@ struct MmaTile {
     return *reinterpret_cast<Smem*>(smem_raw);
   }
 
-  // Index of the 16-byte chunk of (expert, n-tile, 64-wide sub-block) for a lane, in int32 words.
-  __device__ static int64_t chunk_word(int expert, int tile, int sub, int lane, int n_tiles, int k_blocks) {
-    constexpr int kSubsPerBlock = BLOCK_K / kSubK;
-    return ((((int64_t)expert * n_tiles + tile) * k_blocks + sub / kSubsPerBlock) * 32 + lane) * (BLOCK_K / kTile) +
-           (sub % kSubsPerBlock) * 4;
-  }
-
   // Requires sm.a_row / sm.out_row filled and a barrier after it.
   __device__ static void run(const MoeParams& p, Smem& sm, int expert) {
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -78,7 +71,7 @@ struct MmaTile {
           for (int t = 0; t < NT; ++t) {
             const int tile = min(tile0 + t, n_tiles - 1);  // clamp: tiles past N compute, never store
             cp_async_16(&sm.w[slot][j][warp][t][lane],
-                        p.qweight + chunk_word(expert, tile, s * kSubsPerStage + j, lane, n_tiles, k_blocks), 16);
+                        p.qweight + fragment_chunk_word<BLOCK_K>(expert, tile, s * kSubsPerStage + j, lane, n_tiles, k_blocks), 16);
           }
         }
         // Scales of the CTA's rows for this stage's groups, 8 per 16-byte chunk (N % 16 == 0).

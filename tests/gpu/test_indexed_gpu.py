@@ -14,9 +14,10 @@ pytestmark = pytest.mark.gpu
 POISON = float("nan")
 
 
-@pytest.fixture(params=["mma", "simple"], autouse=True)
+@pytest.fixture(params=["auto", "mma", "wgmma", "simple"], autouse=True)
 def kernel_family(request, monkeypatch):
-    """Every test runs on each indexed kernel family (the simple one is the cross-check)."""
+    """Every test runs on each indexed kernel family (auto = the dispatch's choice per block size;
+    the tensor-core tiles forced at every block size; the simple one is the cross-check)."""
     monkeypatch.setenv("CHORD_W4A16_INDEXED_KERNEL", request.param)
     return request.param
 
@@ -48,7 +49,20 @@ def check_against_reference(problem, out, sorted_ids, expert_ids, ntp, block_m, 
 @pytest.mark.parametrize("tokens,skew", [(1, False), (8, False), (20, True), (64, False)])
 def test_kimi_shapes_random_routing(shape, tokens, skew):
     problem = make_problem(shape, tokens, skew=skew, seed=tokens)
-    for block_m in (8, 16, 32, 64):
+    for block_m in (8, 16, 32, 64, 128):
+        sorted_ids, expert_ids, ntp = align(problem, block_m)
+        out = run_indexed(problem, sorted_ids, expert_ids, ntp, block_m)
+        check_against_reference(problem, out, sorted_ids, expert_ids, ntp, block_m)
+
+
+@pytest.mark.parametrize("shape", list(KIMI_SHAPES))
+def test_prefill_blocks_full_and_ragged(shape, kernel_family):
+    """Prefill-sized routing (many full 64/128-row blocks plus each expert's ragged last block),
+    skewed, where the dispatch picks the wgmma tile."""
+    if kernel_family == "simple":
+        pytest.skip("the FP32 cross-check kernel is covered at decode sizes")
+    problem = make_problem(shape, 384, skew=True, seed=21)
+    for block_m in (64, 128):
         sorted_ids, expert_ids, ntp = align(problem, block_m)
         out = run_indexed(problem, sorted_ids, expert_ids, ntp, block_m)
         check_against_reference(problem, out, sorted_ids, expert_ids, ntp, block_m)
@@ -57,9 +71,10 @@ def test_kimi_shapes_random_routing(shape, tokens, skew):
 @pytest.mark.parametrize("shape", ["ep8_down", "tp8_gate_up"])
 def test_bit_exact_on_representable_inputs(shape):
     problem = make_problem(shape, 16, exact=True, seed=3)
-    sorted_ids, expert_ids, ntp = align(problem, 16)
-    out = run_indexed(problem, sorted_ids, expert_ids, ntp, 16)
-    check_against_reference(problem, out, sorted_ids, expert_ids, ntp, 16, exact=True)
+    for block_m in (16, 128):
+        sorted_ids, expert_ids, ntp = align(problem, block_m)
+        out = run_indexed(problem, sorted_ids, expert_ids, ntp, block_m)
+        check_against_reference(problem, out, sorted_ids, expert_ids, ntp, block_m, exact=True)
 
 
 def test_empty_routing_writes_nothing():

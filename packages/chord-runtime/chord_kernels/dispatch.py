@@ -3,9 +3,10 @@
 A *problem* is what the caller's shapes say (N, K, experts, top_k, routing block size); a
 *kernel config* is how Chord runs it (family, tiles, launch shape). ``CHORD_PRINT_CONFIGS=1``
 prints each distinct choice once, to stderr. Overrides for experiments and debugging (the default
-is the heuristic below): ``CHORD_W4A16_INDEXED_KERNEL=simple|mma`` forces an indexed kernel
-family, ``CHORD_W4A16_TUNING="NT=4,STAGES=4"`` overrides the mma kernel's config, and
-``CHORD_W4A16_BLOCK_M`` the routing block size Chord asks the framework for.
+is the heuristic below): ``CHORD_W4A16_INDEXED_KERNEL=auto|mma|wgmma|simple`` forces an indexed
+kernel family, ``CHORD_W4A16_TUNING="NT=4,STAGES=4"`` overrides the chosen tensor-core kernel's
+config (NT/TT/STAGE_K/STAGES for mma, WM/BN/STAGES for wgmma), and ``CHORD_W4A16_BLOCK_M`` the
+routing block size Chord asks the framework for.
 """
 
 from __future__ import annotations
@@ -17,9 +18,16 @@ from . import env
 from .jit.kernel import DEFAULT_ARCH, KernelSpec
 from .layouts import BLOCK_K_BY_MODE
 
-INDEXED_FAMILIES = ("mma", "simple")
+INDEXED_FAMILIES = ("auto", "mma", "wgmma", "simple")
 MAX_TOKEN_TILES = 8  # n8 token tiles per CTA in the mma kernel (64 routed rows)
-BLOCK_M_CHOICES = (8, 16, 32, 64)
+BLOCK_M_CHOICES = (8, 16, 32, 64)  # rows per tile of the mma kernels (grouped tiles too)
+# Routing block sizes Chord asks vLLM for: the mma tile's, plus 128 rows for the wgmma tile.
+INDEXED_BLOCK_M_CHOICES = BLOCK_M_CHOICES + (128,)
+# The wgmma tile takes routing blocks of 64+ rows (prefill) on deep K. Measured (v6 sweep, H200):
+# at K=256 (TP8 down) a CTA runs 4 stages, pipeline fill dominates and the mma tile's 2 CTAs per
+# SM win (T=2048: 418 vs 553 µs); from K=2048 (EP8 down) the wgmma tile wins (1418 vs 1744 µs).
+WGMMA_MIN_BLOCK_M = 64
+WGMMA_MIN_K = 1024
 
 
 def indexed_block_m(valid_shape_m: int, num_experts: int) -> int:
@@ -28,13 +36,13 @@ def indexed_block_m(valid_shape_m: int, num_experts: int) -> int:
     Decided by routed rows per expert ``tok_e = valid_shape_m / num_experts`` (vLLM's estimate of
     the rows this GPU computes), not total tokens: the smallest block that holds a typical
     expert's rows, so padding stays small at decode and one CTA's dequantized weights serve the
-    whole block at mid batch. Above 64 rows per expert the block stays 64.
+    whole block at mid batch. Above 64 rows per expert the block is 128 (the wgmma tile's N).
     """
     override = env.get(env.BLOCK_M)
     if override:
         return int(override)
     tok_e = max(valid_shape_m, 1) / max(num_experts, 1)
-    return next((b for b in BLOCK_M_CHOICES if tok_e <= b), BLOCK_M_CHOICES[-1])
+    return next((b for b in INDEXED_BLOCK_M_CHOICES if tok_e <= b), INDEXED_BLOCK_M_CHOICES[-1])
 
 
 @dataclass(frozen=True)
@@ -110,7 +118,27 @@ def indexed_mma(nt: int, tt: int, stage_k: int, stages: int = 3, arch: str = DEF
                       nt, tt, stage_k, stages, arch)
 
 
-TUNABLE = ("NT", "TT", "STAGE_K", "STAGES")
+def wgmma_smem_bytes(wm: int, bn: int, stages: int) -> int:
+    """sizeof(WgmmaTile::Smem): per stage the swizzled activation rows (128 bytes each), the 8
+    warps' weight chunks (WM x 512 bytes each) and the CTA rows' two scale groups, then two
+    int32 row indices per row."""
+    rows = 2 * 64 * wm
+    return stages * (bn * 128 + 8 * wm * 512 + 2 * rows * 2) + bn * 2 * 4
+
+
+def indexed_wgmma(wm: int, bn: int, stages: int, arch: str = DEFAULT_ARCH) -> Launch:
+    """Indexed routing on the wgmma tile (csrc/common/w4a16_wgmma_tile.cuh): 2 warpgroups x
+    ``wm`` m64 weight tiles, ``bn`` rows on WGMMA-N; one CTA per SM (its ring fills shared
+    memory, and the accumulators need up to 128 registers a thread)."""
+    spec = KernelSpec(family="indexed_wgmma", header="indexed/w4a16_indexed_mma.cuh", body="chord::IndexedWgmma",
+                      params_type="chord::MoeParams", template_args=(("WM", wm), ("BN", bn), ("STAGES", stages)),
+                      threads=256, min_blocks_per_sm=1, arch=arch)
+    return Launch(spec, rows_per_cta=bn, cols_per_cta=2 * 64 * wm, smem_bytes=wgmma_smem_bytes(wm, bn, stages))
+
+
+MMA_TUNABLE = ("NT", "TT", "STAGE_K", "STAGES")
+WGMMA_TUNABLE = ("WM", "BN", "STAGES")
+TUNABLE = MMA_TUNABLE + ("WM", "BN")
 
 
 def parse_tuning(text: str) -> dict[str, int]:
@@ -129,7 +157,7 @@ def mma_shape(n: int, k: int, rows: int) -> dict[str, int]:
     a grouped expert's expected rows), as measured on the H200 (docs/design/indexed-kernels.md)."""
     # Rows: cover the block in one CTA up to 64 rows (8 n8 tiles), so each dequantized weight
     # serves the whole block; bigger blocks are split over several CTAs, each re-streaming the
-    # expert's weights (large prefill belongs to a WGMMA kernel).
+    # expert's weights (large prefill belongs to the wgmma kernel).
     tt = min(MAX_TOKEN_TILES, max(1, -(-rows // 8)))
     # Weight rows per warp: more 16-row tiles cut the activation bytes re-read per weight byte,
     # fewer make more CTAs. Measured (v5 sweep): 4 tiles win once the tile has 32+ rows, 2 at
@@ -141,9 +169,23 @@ def mma_shape(n: int, k: int, rows: int) -> dict[str, int]:
     return {"NT": nt, "TT": tt, "STAGE_K": stage_k, "STAGES": 3}
 
 
+def wgmma_shape(n: int, rows: int) -> dict[str, int]:
+    """Tile config of the wgmma kernel for a routing block of ``rows``: N of the wgmma is the
+    block (64 or 128 rows); two m64 weight tiles per warpgroup (256 weight rows per CTA, half
+    the activation bytes re-read per weight byte of one tile) unless N is too narrow; a 6-deep
+    ring of 64-column stages (4 in flight: ~100 KB per SM at BN=128)."""
+    return {"WM": 2 if n >= 256 else 1, "BN": 64 if rows <= 64 else 128, "STAGES": 6}
+
+
 def apply_tuning(cfg: dict[str, int], k: int, tuning: str) -> dict[str, int]:
-    cfg = {**cfg, **parse_tuning(tuning)}
-    if k % cfg["STAGE_K"] or cfg["STAGE_K"] % 64 or not 1 <= cfg["TT"] <= MAX_TOKEN_TILES:
+    """Overrides from CHORD_W4A16_TUNING for the keys this config has (an mma config takes
+    NT/TT/STAGE_K/STAGES, a wgmma config WM/BN/STAGES; the other family's keys are for the
+    other family's calls in the same run)."""
+    cfg = {**cfg, **{key: v for key, v in parse_tuning(tuning).items() if key in cfg}}
+    if "WM" in cfg:
+        if cfg["WM"] not in (1, 2) or cfg["BN"] not in (64, 128) or not 3 <= cfg["STAGES"] <= 8 or k % 64:
+            raise ValueError(f"tuning {cfg} does not fit K={k} (WM 1|2, BN 64|128, STAGES 3..8, K a multiple of 64)")
+    elif k % cfg["STAGE_K"] or cfg["STAGE_K"] % 64 or not 1 <= cfg["TT"] <= MAX_TOKEN_TILES:
         raise ValueError(f"tuning {cfg} does not fit K={k} (STAGE_K must divide K, multiple of 64; TT 1..8)")
     return cfg
 
@@ -153,40 +195,61 @@ def choose_indexed_mma(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning
     return indexed_mma(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
 
 
+def choose_indexed_wgmma(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
+    cfg = apply_tuning(wgmma_shape(problem.n, problem.block_m), problem.k, tuning)
+    return indexed_wgmma(cfg["WM"], cfg["BN"], cfg["STAGES"], arch=arch)
+
+
 def indexed_family() -> str:
-    return env.get(env.INDEXED_KERNEL, "mma")
+    return env.get(env.INDEXED_KERNEL, "auto")
 
 
 def indexed_tuning() -> str:
     return env.get(env.TUNING)
 
 
-def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: str = "mma",
-                   tuning: str = "") -> Launch:
+def resolve_indexed_family(problem: IndexedProblem, family: str = "auto") -> str:
+    """``auto``: the wgmma tile for routing blocks of 64+ rows on deep K (prefill), else mma."""
     if family not in INDEXED_FAMILIES:
         raise ValueError(f"CHORD_W4A16_INDEXED_KERNEL={family!r}; expected one of {', '.join(INDEXED_FAMILIES)}")
-    launch = indexed_simple(arch) if family == "simple" else choose_indexed_mma(problem, arch, tuning)
+    if family == "auto":
+        return "wgmma" if problem.block_m >= WGMMA_MIN_BLOCK_M and problem.k >= WGMMA_MIN_K else "mma"
+    return family
+
+
+def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: str = "auto",
+                   tuning: str = "") -> Launch:
+    family = resolve_indexed_family(problem, family)
+    if family == "simple":
+        launch = indexed_simple(arch)
+    elif family == "wgmma":
+        launch = choose_indexed_wgmma(problem, arch, tuning)
+    else:
+        launch = choose_indexed_mma(problem, arch, tuning)
     report_choice(problem, launch.spec)
     return launch
 
 
 def indexed_profile_launches(n: int, k: int, arch: str = DEFAULT_ARCH) -> list[Launch]:
-    """Every launch the heuristic can pick for a projection shape (block_m 1..32 and larger)."""
+    """Every launch the heuristic can pick for a projection shape (every routing block size)."""
     seen: dict[str, Launch] = {}
-    for block_m in (8, 16, 24, 32, 40, 48, 56, 64):
-        launch = choose_indexed_mma(IndexedProblem(n, k, 1, 1, block_m), arch)
+    for block_m in (8, 16, 24, 32, 40, 48, 56, 64, 128):
+        launch = select_indexed(IndexedProblem(n, k, 1, 1, block_m), arch)
         seen.setdefault(launch.spec.symbol, launch)
     return list(seen.values())
 
 
 def indexed_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
     """Every indexed launch the dispatch can pick for any shape (CI compiles all of them):
-    the heuristic's branches are N below/above 2048 and K a multiple of 256 or only of 64."""
+    the heuristic's branches are N below/above 2048 (and 256 for the wgmma tile) and K a
+    multiple of 256 or only of 64; the mma tile at 64-row blocks too (the family override)."""
     seen: dict[str, Launch] = {indexed_simple(arch).spec.symbol: indexed_simple(arch)}
-    for n in (512, 4096):
-        for k in (256, 320):
+    for n in (128, 512, 4096):
+        for k in (256, 320, 2048):
             for launch in indexed_profile_launches(n, k, arch):
                 seen.setdefault(launch.spec.symbol, launch)
+            mma64 = choose_indexed_mma(IndexedProblem(n, k, 1, 1, 64), arch)
+            seen.setdefault(mma64.spec.symbol, mma64)
     return list(seen.values())
 
 
