@@ -144,7 +144,7 @@ def _indexed_cuda(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, b
            sorted_ids.shape, sorted_ids.dtype, sorted_ids.get_device(), expert_ids.shape, expert_ids.dtype,
            expert_ids.get_device(), num_tokens_padded.dtype, num_tokens_padded.get_device(),
            out.shape, out.stride(), out.dtype, out.get_device(), top_k, block_m,
-           env.get(env.INDEXED_KERNEL, "mma"), env.get(env.TUNING))
+           env.get(env.INDEXED_KERNEL, "auto"), env.get(env.TUNING))
     plan = _indexed_plans.get(key)
     if plan is None:
         plan = _indexed_plans[key] = _indexed_plan(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k,
