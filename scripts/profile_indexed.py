@@ -13,6 +13,7 @@ from chord_kernels import dispatch, indexed, layouts, routing
 CASES = {  # name: (N, K, top_k as the kernel sees it, T)
     "ep8_gate_up_T8": (4096, 7168, 8, 8),
     "ep8_gate_up_T512": (4096, 7168, 8, 512),
+    "ep8_gate_up_T2048": (4096, 7168, 8, 2048),  # the wgmma prefill tile
     "ep8_down_T8": (7168, 2048, 1, 8),
 }
 

@@ -8,10 +8,11 @@
 // so the packed per-lane fragment word is exactly its A fragment), the tile's rows are WGMMA-N
 // (BN = 64 or 128) and come from shared memory, K-major in the 128-byte swizzle, through a
 // descriptor. One cp.async ring (all threads load; each stage = 64 K columns of the lanes' weight
-// chunks, the CTA rows' scales and the gathered activation rows) runs STAGES-2 stages ahead (one
-// spare slot, so a later version may keep a wgmma group in flight across stages). Per 16-wide
-// k step the warp dequantizes into one of two A register sets while the previous step's wgmma
-// group runs (wait_group<1>), so dequantization overlaps the tensor cores within a stage.
+// chunks, the CTA rows' scales and the gathered activation rows) runs STAGES-2 stages ahead: one
+// slot is being computed and one may still be read by the wgmma group in flight from the
+// previous stage. Per 16-wide k step the warp dequantizes into one of two A register sets while
+// the previous step's wgmma group runs (wait_group<1>), so dequantization overlaps the tensor
+// cores, across stage boundaries too.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -94,11 +95,10 @@ struct WgmmaTile {
       cp_async_commit();  // always commit, so group counting stays uniform
     };
 
+    // No zeroing: the first wgmma runs with scale-d = 0 (D = A*B). Zeroing with ordinary moves
+    // makes ptxas serialize every wgmma once a group stays in flight across the stage loop's
+    // back edge (C7515, measured on the two-m64 tiles).
     float acc[WM][Mma::kAccRegs];
-#pragma unroll
-    for (int m = 0; m < WM; ++m)
-#pragma unroll
-      for (int i = 0; i < Mma::kAccRegs; ++i) acc[m][i] = 0.f;
     uint32_t afrag[2][WM][4];  // two A register sets: one being dequantized, one being read
 
 #pragma unroll
@@ -108,7 +108,6 @@ struct WgmmaTile {
       cp_async_wait<STAGES - 3>();
       fence_proxy_async();  // this thread's cp.async bytes -> visible to the wgmma (async proxy)
       __syncthreads();      // stage s landed for all; every wgmma of stage s-2 has completed
-      load_stage(s + STAGES - 2);
       const int slot = s % STAGES;
       uint4 w[WM];
       __nv_bfloat162 s_lo[WM][kGroupsPerStage], s_hi[WM][kGroupsPerStage];
@@ -122,6 +121,9 @@ struct WgmmaTile {
           s_hi[m][grp] = __bfloat162bfloat162(sm.scale[slot][grp][r + 8]);
         }
       }
+      // The refill's address math and cp.async issue overlap the loads above and the wgmma group
+      // still in flight from stage s-1 (it reads slot s-1; the refill writes slot s-2).
+      load_stage(s + STAGES - 2);
       const uint64_t desc = sw128_kmajor_desc(sm.act[slot]);
 #pragma unroll
       for (int kt = 0; kt < kStageK / kTile; ++kt) {
@@ -137,16 +139,13 @@ struct WgmmaTile {
           for (int i = 0; i < Mma::kAccRegs; ++i) fence_operand(acc[m][i]);
         wgmma_fence();
 #pragma unroll
-        for (int m = 0; m < WM; ++m) Mma::mma(acc[m], afrag[buf][m], desc + 2 * kt);  // +32 bytes per k step
+        for (int m = 0; m < WM; ++m) Mma::mma(acc[m], afrag[buf][m], desc + 2 * kt, (s | kt) != 0);  // +32 B per k step
         wgmma_commit_group();
 #pragma unroll
         for (int m = 0; m < WM; ++m)
 #pragma unroll
           for (int i = 0; i < Mma::kAccRegs; ++i) fence_operand(acc[m][i]);
-        // The previous k step's group is done, so its A set may be rewritten. The stage's last
-        // step drains the pipe: with a group still in flight across the loop's back edge ptxas
-        // serializes every wgmma of the two-m64 tiles (C7515), which costs far more.
-        if (kt == kStageK / kTile - 1) wgmma_wait_group<0>(); else wgmma_wait_group<1>();
+        wgmma_wait_group<1>();  // the previous k step's group is done: its A set may be rewritten
 #pragma unroll
         for (int m = 0; m < WM; ++m)
 #pragma unroll
