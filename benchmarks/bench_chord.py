@@ -1,6 +1,8 @@
-"""Chord's side of the benchmark: ``chord_kernels.indexed`` on every grid point.
+"""Chord's side of the benchmark: ``chord_kernels.indexed`` on every grid point, or with
+``--family grouped`` the grouped family (``contiguous_offsets`` and ``masked``).
 
 ``python3 -m benchmarks.bench_chord --routing-dir DIR --out chord.json [--quick] ...``
+``python3 -m benchmarks.bench_chord --family grouped --routing-dir DIR --out chord_grouped.json ...``
 
 Per (scenario, projection) the weights are generated once (benchmarks.common.make_weights, the
 same seed the Humming process uses) and packed with
@@ -53,7 +55,7 @@ def chord_config(n: int, k: int, num_experts: int, top_k: int, block_m: int, dev
 
 class ChordBackend:
     side = "chord"
-    path = "indexed"  # the grouped families (issue 5) get their own backend classes
+    path = "indexed"  # the grouped family: ChordGroupedBackend
 
     def __init__(self) -> None:
         import chord_kernels
@@ -94,12 +96,92 @@ class ChordBackend:
         return chord_config(packed.n, packed.k, packed.num_experts, proj.top_k, call.block_m, call.out.device)
 
 
+def grouped_expected_m(path: str, layout: common.GroupedLayout, point) -> int:
+    """The host hint Chord gets: ``contiguous_offsets``: vLLM's valid_shape_m / E rounded up (what
+    humming-compat passes on vLLM's grouped_contiguous path); ``masked``: the mean count."""
+    if path == "grouped_contiguous":
+        return max(1, -(-point.valid_shape_m // layout.num_experts))
+    return layout.expected_m
+
+
+def grouped_config(path: str, n: int, k: int, num_experts: int, expected_m: int, device: torch.device) -> str:
+    """The grouped kernel Chord's dispatch picks (the pure function the entry points use)."""
+    try:
+        from chord_kernels import dispatch
+        from chord_kernels.device import kernel_arch
+        from chord_kernels.layouts import BLOCK_K_BY_MODE
+
+        routing_name, mode = GROUPED_FORMS[path]
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        problem = dispatch.GroupedProblem(routing_name, n, k, num_experts, max(1, expected_m), BLOCK_K_BY_MODE[mode])
+        launch = dispatch.select_grouped(problem, kernel_arch(index))
+        return f"{launch.spec.describe()} tile={launch.rows_per_cta}x{launch.cols_per_cta} em={expected_m}"
+    except Exception as exc:  # describing must never fail a measurement
+        return f"em={expected_m} (config unknown: {type(exc).__name__}: {exc})"
+
+
+# benchmark path -> (Chord's routing name in dispatch, packing mode)
+GROUPED_FORMS = {"grouped_contiguous": ("contiguous_offsets", "contiguous"), "grouped_masked": ("masked", "masked")}
+
+
+class ChordGroupedBackend(ChordBackend):
+    """``chord_kernels.contiguous_offsets`` (vLLM's grouped_contiguous form: int64 offsets [E+1]
+    on the device, unaligned rows in vLLM's [num_tokens*8, K] buffer) or ``chord_kernels.masked``
+    (int32 counts [E] on the device, [E*max_m, K]). Both take vLLM's layout tensors as they are,
+    so the timed call is the entry point alone (no conversion a real call would need)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        from chord_kernels import operator
+
+        self.operator = operator
+        if path not in GROUPED_FORMS:
+            raise ValueError(f"not a grouped path: {path!r}")
+        self.path = path
+        self.mode = GROUPED_FORMS[path][1]
+
+    def prepare(self, scenario, proj, weight_packed, weight_scale):
+        codes = self.int4.unpack_codes_along_k(weight_packed)
+        packed = self.operator.pack_w4a16_grouped(codes, weight_scale, self.mode)
+        del codes
+        return packed
+
+    def make_call(self, packed, a, layout, proj, point) -> common.Call:
+        out = torch.empty((a.shape[0], proj.n), dtype=torch.bfloat16, device=a.device)
+        expected_m = grouped_expected_m(self.path, layout, point)
+        if self.path == "grouped_contiguous":
+            offsets = layout.offsets.to(a.device)
+            fn_impl = self.ck.contiguous_offsets
+
+            def fn():
+                return fn_impl(a, packed, offsets, out, expected_m=expected_m)
+        else:
+            counts = layout.counts.to(a.device)
+            fn_impl = self.ck.masked
+
+            def fn():
+                return fn_impl(a, packed, counts, expected_m, out)
+
+        # no routing block size on the grouped path: the tile height follows expected_m (see describe)
+        return common.Call(fn=fn, out=out, block_m=None, extra={"expected_m_hint": expected_m})
+
+    def describe(self, packed, call, point, proj) -> str:
+        return grouped_config(self.path, packed.n, packed.k, packed.num_experts, call.extra["expected_m_hint"],
+                              call.out.device)
+
+
+def backends_for(args) -> list:
+    if getattr(args, "family", "indexed") == "indexed":
+        return [ChordBackend()]
+    return [ChordGroupedBackend(path) for path in common.family_paths(args)]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_bench_args(parser, default_out="chord.json")
     args = parser.parse_args(argv)
     common.require_gpu()
-    common.run_side(ChordBackend(), common.options_from_args(args))
+    common.run_side(backends_for(args), common.options_from_args(args))
     return 0
 
 

@@ -1,4 +1,5 @@
-"""The peer's side: humming-kernels 0.1.19, indexed path, default configuration, as vLLM drives it.
+"""The peer's side: humming-kernels 0.1.19, default configuration, as vLLM drives it: the indexed
+path, or with ``--family grouped`` the grouped_contiguous and grouped_masked paths.
 
 ``PYTHONPATH=/tmp/humming_site python3 -m benchmarks.bench_humming --routing-dir DIR --out humming.json``
 
@@ -31,6 +32,13 @@ weight=..., weight_scale=..., outputs=..., locks=..., sorted_ids=..., expert_ids
 num_tokens_padded=..., top_k=8 or 1, valid_shape_m=..., compute_config=COMPUTE_CONFIG (JSON),
 tuning_config=...)``. The first call JIT-compiles the whole table (NVRTC); it is kept out of
 the timing. The kernel it picked is read back from humming's kernel registry.
+
+Grouped family (vLLM's HummingGroupedExperts / BatchedHummingGroupedExperts, vllm_contract.md
+2.2 and 2.3): the same conversion, the table from ``gemm_type=GemmType.GROUPED_CONTIGUOUS`` /
+``GROUPED_MASKED`` and ``compute_config`` with that gemm_type; per point ``humming_forward(...,
+inputs=<grouped rows>, outputs=..., locks=..., expert_layout=<int64 offsets [E+1]> or <int32
+counts [E]>, valid_shape_m=..., compute_config=..., tuning_config=...)`` (no sorted_ids, no
+top_k). Both layouts are what vLLM hands over, so nothing is converted inside the timing.
 """
 
 from __future__ import annotations
@@ -99,13 +107,14 @@ class Handle:
 
 
 class HummingBackend:
-    """vLLM's HummingIndexedExperts path. The grouped paths (issue 5: grouped_contiguous with
-    per-expert offsets, grouped_masked with per-expert counts) differ only in ``make_call``
-    (layout builders from the same routing module, ``expert_layout=`` instead of the sorted ids)
-    and in COMPUTE_CONFIG's gemm_type: add them as subclasses with their own ``path``."""
+    """vLLM's HummingIndexedExperts path. The grouped paths (grouped_contiguous with per-expert
+    offsets, grouped_masked with per-expert counts) are :class:`HummingGroupedBackend`: they
+    differ in ``make_call`` (``expert_layout=`` instead of the sorted ids) and in the gemm_type
+    of the tuning table and compute_config."""
 
     side = "humming"
     path = "indexed"
+    compute_config = COMPUTE_CONFIG
 
     def __init__(self, routing_module) -> None:
         import humming
@@ -130,7 +139,7 @@ class HummingBackend:
     def meta(self) -> dict[str, Any]:
         return {"humming_version": getattr(self.humming, "__version__", "?"),
                 "humming_path": os.path.dirname(self.humming.__file__),
-                "compute_config": COMPUTE_CONFIG,
+                "compute_config": self.compute_config,
                 "routing_module": getattr(self.routing, "__file__", "?")}
 
     def locks(self, device: torch.device) -> torch.Tensor:
@@ -159,8 +168,8 @@ class HummingBackend:
             has_bias=False, num_experts=num_experts, torch_dtype=torch.bfloat16,
             device=weight_packed.device)
         table = self.get_heuristics_config(layer_config=layer_config, use_f16_accum=False,
-                                           use_batch_invariant=False, gemm_type=self.GemmType.INDEXED)
-        handle = Handle(layer_config, tensors, table, json.dumps(table), json.dumps(COMPUTE_CONFIG))
+                                           use_batch_invariant=False, gemm_type=self.GemmType(self.compute_config["gemm_type"]))
+        handle = Handle(layer_config, tensors, table, json.dumps(table), json.dumps(self.compute_config))
         self._compile_table(handle, weight_packed.device)
         return handle
 
@@ -224,6 +233,47 @@ class HummingBackend:
             return f"unknown ({type(exc).__name__}: {exc})"
 
 
+class HummingGroupedBackend(HummingBackend):
+    """vLLM's grouped Humming experts: ``grouped_contiguous`` (HummingGroupedExperts, the default
+    with EP: ``expert_layout`` = int64 offsets [E+1], rows in vLLM's [num_tokens*8, K] buffer,
+    rows past offsets[-1] ignored) or ``grouped_masked`` (BatchedHummingGroupedExperts:
+    ``expert_layout`` = int32 counts [E], [E*max_m, K] flattened)."""
+
+    def __init__(self, routing_module, path: str) -> None:
+        if path not in S.GROUPED_PATHS:
+            raise ValueError(f"not a grouped path: {path!r}")
+        super().__init__(routing_module)
+        self.path = path
+        self.compute_config = dict(COMPUTE_CONFIG, gemm_type=path)
+
+    def make_call(self, handle: Handle, a, layout, proj, point) -> common.Call:
+        vsm = point.valid_shape_m  # vLLM's hint on every Humming MoE path
+        block, interval = block_size_from_table(handle.table, vsm)  # the table's M tile (info only)
+        expert_layout = (layout.offsets if self.path == "grouped_contiguous" else layout.counts).to(a.device)
+        out = torch.empty((a.shape[0], proj.n), dtype=torch.bfloat16, device=a.device)
+        locks = self.locks(a.device)
+        forward, cfg, t = self.humming_forward, handle.layer_config, handle.tensors
+        weight, scale = t["weight"], t["weight_scale"]
+        zero_point, scale_2 = t.get("zero_point"), t.get("weight_scale_2")
+        compute_str, tuning_str = handle.compute_str, handle.tuning_str
+
+        def fn():
+            return forward(cfg, inputs=a, weight=weight, weight_scale=scale, zero_point=zero_point,
+                           bias=None, weight_scale_2=scale_2, outputs=out, locks=locks,
+                           expert_layout=expert_layout, valid_shape_m=vsm, compute_config=compute_str,
+                           tuning_config=tuning_str)
+
+        return common.Call(fn=fn, out=out, block_m=block,
+                           extra={"tuning_interval": list(interval) if interval else None,
+                                  "b_dtype": str(getattr(cfg, "b_dtype", "?"))})
+
+
+def backends_for(args, routing_module) -> list:
+    if getattr(args, "family", "indexed") == "indexed":
+        return [HummingBackend(routing_module)]
+    return [HummingGroupedBackend(routing_module, path) for path in common.family_paths(args)]
+
+
 def _check_is_peer(humming_module) -> None:
     """Fail loudly if ``import humming`` found Chord's compat package instead of the wheel."""
     path = Path(humming_module.__file__).resolve()
@@ -241,7 +291,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     common.require_gpu()
     routing = common.load_routing_module_by_path()
-    common.run_side(HummingBackend(routing), common.options_from_args(args))
+    common.run_side(backends_for(args, routing), common.options_from_args(args))
     leaked = sorted(m for m in sys.modules if m == "chord_kernels" or m.startswith("chord_kernels."))
     if leaked:
         print(f"ERROR: the Humming process imported {leaked}", file=sys.stderr)

@@ -203,6 +203,80 @@ def relative_error(out: torch.Tensor, routes: torch.Tensor, ref: torch.Tensor) -
 
 
 # ---------------------------------------------------------------------------------------
+# Grouped layouts (the grouped family): one definition, used by both processes
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupedLayout:
+    """This GPU's routes of one point, grouped by local expert (CPU tensors, host ints).
+
+    vLLM's grouped forms (shared/reference/vllm_contract.md 2.2, 2.3): ``grouped_contiguous``
+    reads rows [offsets[e], offsets[e+1]) of a [num_routes, K] buffer (vLLM sizes it
+    num_tokens * top_k; rows past offsets[-1] are not read); ``grouped_masked`` reads rows
+    [e*max_m, e*max_m + counts[e]) of a [E*max_m, K] buffer.
+    """
+
+    counts: torch.Tensor  # int32 [E]: rows per local expert
+    offsets: torch.Tensor  # int64 [E + 1]: exclusive prefix sum of counts
+    rows: int  # routes kept on this GPU (offsets[-1])
+    max_m: int  # masked row budget per expert: largest count rounded up to MASKED_ALIGN
+    expected_m: int  # mean count per expert, rounded up (>= 1): the masked form's host hint
+    num_routes: int  # rows of vLLM's grouped_contiguous buffers (num_tokens * top_k)
+
+    @property
+    def num_experts(self) -> int:
+        return self.counts.numel()
+
+    def buffer_rows(self, path: str) -> int:
+        """Rows of the input and output buffers a call of ``path`` gets."""
+        if path == "grouped_contiguous":
+            return self.num_routes
+        if path == "grouped_masked":
+            return self.num_experts * self.max_m
+        raise ValueError(f"not a grouped path: {path!r}")
+
+    def valid_rows(self, path: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(buffer rows int64 [rows], local expert of each int64 [rows]) a call computes."""
+        experts = torch.repeat_interleave(torch.arange(self.num_experts), self.counts.long())
+        rank = torch.arange(self.rows) - self.offsets[:-1].repeat_interleave(self.counts.long())
+        if path == "grouped_contiguous":
+            return torch.arange(self.rows), experts
+        if path == "grouped_masked":
+            return experts * self.max_m + rank, experts
+        raise ValueError(f"not a grouped path: {path!r}")
+
+    def digest(self) -> str:
+        return tensor_digest(self.counts)
+
+
+def grouped_layout(topk_ids: torch.Tensor, expert_map: torch.Tensor | None, num_local: int,
+                   align: int = S.MASKED_ALIGN) -> GroupedLayout:
+    """The grouped layout of one routing (computed on the CPU: it is problem setup, outside the
+    timing; the routes kept are exactly :func:`kept_routes`'s)."""
+    ids = topk_ids.reshape(-1).long().cpu()
+    local = ids if expert_map is None else expert_map.long().cpu()[ids]
+    keep = (local >= 0) & (local < num_local)
+    counts = torch.bincount(local[keep], minlength=num_local)
+    offsets = torch.zeros(num_local + 1, dtype=torch.int64)
+    offsets[1:] = counts.cumsum(0)
+    rows = int(offsets[-1])
+    largest = int(counts.max()) if num_local else 0
+    max_m = max(align, -(-largest // align) * align)
+    return GroupedLayout(counts=counts.to(torch.int32), offsets=offsets, rows=rows, max_m=max_m,
+                         expected_m=max(1, -(-rows // max(num_local, 1))), num_routes=ids.numel())
+
+
+def make_grouped_activations(layout: GroupedLayout, path: str, k: int, seed: int, device) -> torch.Tensor:
+    """The grouped input buffer: fresh random rows (the same seed as the indexed point's,
+    one row per kept route) where a call reads, NaN in every row it must not read."""
+    a = torch.full((layout.buffer_rows(path), k), float("nan"), dtype=torch.bfloat16, device=device)
+    rows, _ = layout.valid_rows(path)
+    a[rows.to(a.device)] = make_activations(layout.rows, k, seed, device)
+    return a
+
+
+# ---------------------------------------------------------------------------------------
 # Timing
 # ---------------------------------------------------------------------------------------
 
@@ -289,16 +363,21 @@ class Call:
 
 
 class Backend(Protocol):
+    """One side's kernel path. Indexed paths implement ``make_call(handle, a, topk_ids,
+    expert_map, proj, point)``; grouped paths (``scenarios.family_of(path) == "grouped"``)
+    implement ``make_call(handle, a, layout, proj, point)`` with ``a`` the grouped input buffer
+    and ``layout`` a :class:`GroupedLayout`. Whatever the side must convert per call (a layout
+    a real caller hands over in another form) belongs inside ``Call.fn``, the timed region."""
+
     side: str  # "chord" or "humming"
-    path: str  # kernel family / routing layout: "indexed" now; grouped_contiguous, grouped_masked later
+    path: str  # routing layout: "indexed", "grouped_contiguous" or "grouped_masked"
 
     def meta(self) -> dict[str, Any]: ...
 
     def prepare(self, scenario: S.Scenario, proj: S.Projection, weight_packed: torch.Tensor,
                 weight_scale: torch.Tensor) -> Any: ...
 
-    def make_call(self, handle: Any, a: torch.Tensor, topk_ids: torch.Tensor,
-                  expert_map: torch.Tensor | None, proj: S.Projection, point: S.Point) -> Call: ...
+    def make_call(self, handle: Any, a: torch.Tensor, *routing: Any) -> Call: ...
 
     def describe(self, handle: Any, call: Call, point: S.Point, proj: S.Projection) -> str: ...
 
@@ -316,20 +395,25 @@ class Options:
     projections: tuple[str, ...] = S.PROJECTIONS
     device: str = "cuda"
     levels: int = 16  # 15: Kimi-like codes without -8 (see make_weights)
+    family: str = "indexed"  # which kernel family the side's backends belong to (metadata)
 
 
 def base_record(side: str, point: S.Point, proj: S.Projection, rmeta: dict[str, Any],
                 path: str = "indexed") -> dict[str, Any]:
     spec = point.spec
     rows = rmeta["routes_kept"]
+    grouped = S.family_of(path) == "grouped"
     return {
-        "side": side, "path": path, "scenario": point.scenario, "dist": point.dist, "tokens": point.tokens,
-        "num_tokens": point.num_tokens, "proj": proj.name, "n": proj.n, "k": proj.k,
-        "num_experts": spec.num_local_experts, "top_k": proj.top_k,
-        "m": proj.input_rows(point.num_tokens),
+        "side": side, "path": path, "family": S.family_of(path), "scenario": point.scenario, "dist": point.dist,
+        "tokens": point.tokens, "num_tokens": point.num_tokens, "proj": proj.name, "n": proj.n, "k": proj.k,
+        "num_experts": spec.num_local_experts,
+        # grouped GEMMs read row i and write row i (the scatter happened before them)
+        "top_k": 1 if grouped else proj.top_k,
+        "m": None if grouped else proj.input_rows(point.num_tokens),  # grouped: the buffer's rows, set per call
         "rows": rows,
         # distinct input rows the routes read: tokens for gate_up, one row per route for down
-        "rows_in": rmeta["tokens_touched"] if proj.top_k == S.TOP_K else rows,
+        # (grouped: one row per route for both projections)
+        "rows_in": rows if grouped else (rmeta["tokens_touched"] if proj.top_k == S.TOP_K else rows),
         "experts_touched": rmeta["experts_touched"],
         "valid_shape_m": point.valid_shape_m,
         "routing_digest": rmeta.get("digest"),
@@ -339,26 +423,34 @@ def base_record(side: str, point: S.Point, proj: S.Projection, rmeta: dict[str, 
     }
 
 
-def run_side(backend: Backend, opts: Options) -> Path:
-    """Weights once per (scenario, projection), reused across T; then per point: routing from
-    its file, a warm call (JIT/compile/load kept out of timing), a NaN-poisoned checked call,
-    do_bench. Groups share the wall budget: each gets an equal share of what is left."""
+def run_side(backend: Backend | list[Backend], opts: Options) -> Path:
+    """Weights once per (scenario, projection, path), reused across T; then per point: routing
+    from its file, a warm call (JIT/compile/load kept out of timing), a NaN-poisoned checked
+    call, do_bench. Groups share the wall budget: each gets an equal share of what is left.
+
+    ``backend``: one backend, or several of one side (the grouped family's two paths), written
+    to one results file; their groups run scenario by scenario, both paths of a scenario and
+    projection next to each other."""
+    backends = list(backend) if isinstance(backend, (list, tuple)) else [backend]
+    first = backends[0]
     torch.backends.cuda.matmul.allow_tf32 = False  # the reference is true fp32
     torch.backends.cudnn.allow_tf32 = False
     device = torch.device(opts.device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    results = ResultsFile(opts.out, dict(backend.meta(), side=backend.side, path=backend.path,
+    results = ResultsFile(opts.out, dict(first.meta(), side=first.side, path=",".join(b.path for b in backends),
+                                         family=S.family_of(first.path),
                                          warmup_ms=opts.warmup_ms,
                                          rep_ms=opts.rep_ms, slow_ms=opts.slow_ms, budget_s=opts.budget_s,
                                          seed=opts.seed, levels=opts.levels, rel_err_tol=REL_ERR_TOL,
                                          gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                                          torch=torch.__version__, cuda=torch.version.cuda,
                                          started=time.strftime("%Y-%m-%dT%H:%M:%S")))
-    groups: dict[tuple[str, str], list[S.Point]] = {}
+    groups: dict[tuple[str, str, int], list[S.Point]] = {}
     for point in opts.points:
         for proj in opts.projections:
-            groups.setdefault((point.scenario, proj), []).append(point)
+            for bi in range(len(backends)):
+                groups.setdefault((point.scenario, proj, bi), []).append(point)
     t_start = time.monotonic()
 
     def deadline_for(groups_left: int) -> float:
@@ -367,13 +459,13 @@ def run_side(backend: Backend, opts: Options) -> Path:
         left = opts.budget_s - (time.monotonic() - t_start)
         return time.monotonic() + max(0.0, left) / groups_left
 
-    for gi, ((scn_name, proj_name), pts) in enumerate(groups.items()):
+    for gi, ((scn_name, proj_name, bi), pts) in enumerate(groups.items()):
         scenario = S.SCENARIOS[scn_name]
         proj = scenario.projections[proj_name]
         groups_left = len(groups) - gi
-        _run_group(backend, opts, results, scenario, proj, sorted(pts, key=lambda p: (p.tokens, p.dist)),
+        _run_group(backends[bi], opts, results, scenario, proj, sorted(pts, key=lambda p: (p.tokens, p.dist)),
                    functools.partial(deadline_for, groups_left), device)
-    print(f"[{backend.side}] done in {time.monotonic() - t_start:.0f} s -> {opts.out}", flush=True)
+    print(f"[{first.side}] done in {time.monotonic() - t_start:.0f} s -> {opts.out}", flush=True)
     return opts.out
 
 
@@ -383,7 +475,8 @@ def _log(side: str, rec: dict[str, Any]) -> None:
     rel = f"{rec['rel_err']:.2e}" if rec["rel_err"] is not None else "   -    "
     check = rec["check"] or "-"
     check = check if check in ("ok", "-") else check + " !"
-    print(f"[{side}] {rec['scenario']:5} {rec['dist']:7} T={rec['tokens']:<5} {rec['proj']:7} "
+    path = "" if rec.get("path", "indexed") == "indexed" else f"{rec['path']:18} "
+    print(f"[{side}] {path}{rec['scenario']:5} {rec['dist']:7} T={rec['tokens']:<5} {rec['proj']:7} "
           f"{us} rel={rel} check={check:<6} {rec['status']:<16} bm={rec['block_m']} {rec['config'] or ''}"
           + (f" ERROR {rec['error']}" if rec["error"] else ""), flush=True)
 
@@ -444,15 +537,35 @@ def _run_group(backend, opts, results, scenario, proj, pts, make_deadline, devic
         torch.cuda.empty_cache()
 
 
+def _prepare_indexed(backend, opts, handle, routing, point, proj, rec, device):
+    """vLLM's indexed call: ``a`` the framework's input rows, routes read from topk_ids."""
+    topk_ids = routing["topk_ids"].to(device)
+    emap = routing["expert_map"]
+    emap = emap.to(device) if emap is not None else None
+    a = make_activations(proj.input_rows(point.num_tokens), proj.k,
+                         activation_seed(point, proj.name, opts.seed), device)
+    call = backend.make_call(handle, a, topk_ids, emap, proj, point)
+    routes, experts = kept_routes(topk_ids, emap, point.spec.num_local_experts)
+    return a, call, routes, experts, proj.top_k
+
+
+def _prepare_grouped(backend, opts, handle, routing, point, proj, rec, device):
+    """A grouped call: ``a`` the grouped input buffer of the side's path, the valid rows from
+    the routing's grouped layout (the same on both sides: same file, same code)."""
+    layout = grouped_layout(routing["topk_ids"], routing["expert_map"], point.spec.num_local_experts)
+    rec.update(m=layout.buffer_rows(backend.path), max_m=layout.max_m, expected_m=layout.expected_m,
+               layout_digest=layout.digest())
+    a = make_grouped_activations(layout, backend.path, proj.k, activation_seed(point, proj.name, opts.seed), device)
+    call = backend.make_call(handle, a, layout, proj, point)
+    rows, experts = layout.valid_rows(backend.path)
+    return a, call, rows.to(device), experts.to(device), 1
+
+
 def _measure(backend, opts, handle, wp, ws, routing, point, proj, rec, device) -> None:
     call = a = None
     try:
-        topk_ids = routing["topk_ids"].to(device)
-        emap = routing["expert_map"]
-        emap = emap.to(device) if emap is not None else None
-        a = make_activations(proj.input_rows(point.num_tokens), proj.k,
-                             activation_seed(point, proj.name, opts.seed), device)
-        call = backend.make_call(handle, a, topk_ids, emap, proj, point)
+        prepare = _prepare_grouped if S.family_of(backend.path) == "grouped" else _prepare_indexed
+        a, call, routes, experts, top_k = prepare(backend, opts, handle, routing, point, proj, rec, device)
         rec["block_m"] = call.block_m
         t0 = time.perf_counter()
         call.fn()  # warm: JIT compile / module load / first launch stay out of the timing
@@ -461,10 +574,9 @@ def _measure(backend, opts, handle, wp, ws, routing, point, proj, rec, device) -
         rec["config"] = backend.describe(handle, call, point, proj)
         call.out.fill_(float("nan"))  # poison: any routed row the kernel skips shows as NaN
         single_ms = event_time_ms(call.fn)
-        routes, experts = kept_routes(topk_ids, emap, point.spec.num_local_experts)
         if rec["rows"] is not None and routes.numel() != rec["rows"]:
             raise RuntimeError(f"routing file says {rec['rows']} kept routes, recomputed {routes.numel()}")
-        ref = reference_rows(a, wp, ws, routes, experts, proj.top_k)
+        ref = reference_rows(a, wp, ws, routes, experts, top_k)
         rel = relative_error(call.out, routes, ref)
         del ref
         rec["rel_err"] = clean_float(rel)
@@ -497,7 +609,10 @@ def _short_error(exc: BaseException) -> str:
 def add_bench_args(parser: argparse.ArgumentParser, default_out: str) -> None:
     parser.add_argument("--routing-dir", required=True, type=Path, help="folder written by make_routing")
     parser.add_argument("--out", default=default_out, type=Path, help="results JSON")
-    parser.add_argument("--scenarios", default=",".join(S.DEFAULT_SCENARIOS))
+    parser.add_argument("--family", choices=tuple(S.FAMILIES), default="indexed",
+                        help="kernel family: indexed (default) or grouped (grouped_contiguous + grouped_masked)")
+    parser.add_argument("--paths", help="comma list of the family's paths to run (default: all of them)")
+    parser.add_argument("--scenarios", help="comma list (default: ep8,tp8 indexed; ep8,ep16,ep32 grouped)")
     parser.add_argument("--quick", action="store_true", help="T in 1,20,128,2048 uniform + skew at 128")
     parser.add_argument("--tokens", help="comma list of T to keep (filter)")
     parser.add_argument("--dists", help="comma list of distributions to keep (uniform,skew)")
@@ -513,11 +628,31 @@ def add_bench_args(parser: argparse.ArgumentParser, default_out: str) -> None:
 
 
 def options_from_args(args: argparse.Namespace) -> Options:
-    points = S.grid(S.parse_list(args.scenarios), quick=args.quick,
+    family = getattr(args, "family", "indexed")
+    scenarios = S.parse_list(getattr(args, "scenarios", None)) or S.default_scenarios(family)
+    if family == "grouped":
+        not_ep = [s for s in scenarios if s in S.SCENARIOS and not S.SCENARIOS[s].is_ep]
+        if not_ep:
+            raise SystemExit(f"the grouped family is EP-only; drop {', '.join(not_ep)} from --scenarios")
+    points = S.grid(scenarios, quick=args.quick,
                     tokens=S.parse_list(args.tokens, int), dists=S.parse_list(args.dists))
     return Options(routing_dir=args.routing_dir, out=args.out, points=points, warmup_ms=args.warmup_ms,
                    rep_ms=args.rep_ms, slow_ms=args.slow_ms, budget_s=args.budget_s, seed=args.seed,
-                   projections=S.parse_list(args.projections) or S.PROJECTIONS, levels=args.levels)
+                   projections=S.parse_list(args.projections) or S.PROJECTIONS, levels=args.levels,
+                   family=family)
+
+
+def family_paths(args: argparse.Namespace) -> tuple[str, ...]:
+    """The paths a side runs: the family's, filtered by ``--paths``."""
+    family = getattr(args, "family", "indexed")
+    paths = S.FAMILIES[family]
+    wanted = S.parse_list(getattr(args, "paths", None))
+    if wanted is None:
+        return paths
+    unknown = [p for p in wanted if p not in paths]
+    if unknown:
+        raise SystemExit(f"--paths {','.join(unknown)}: not a path of the {family} family ({', '.join(paths)})")
+    return tuple(p for p in paths if p in wanted)
 
 
 def require_gpu() -> None:

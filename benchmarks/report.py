@@ -2,7 +2,13 @@
 docs/performance.md and one latency plot per scenario.
 
 ``python3 -m benchmarks.report --ceilings C.json --chord chord.json --humming humming.json
-[--commit SHA] [--results-dir benchmarks/results] [--doc docs/performance.md] [--plot-dir docs]``
+[--commit SHA] [--results-dir benchmarks/results] [--doc docs/performance.md] [--plot-dir docs]
+[--family indexed|grouped]``
+
+``--family grouped`` (side files from ``bench_* --family grouped``): one table over both grouped
+paths (Chord contiguous_offsets vs Humming grouped_contiguous, Chord masked vs Humming
+grouped_masked) between ``<!-- bench-grouped:begin -->`` and ``<!-- bench-grouped:end -->``,
+``docs/performance_grouped_<scenario>.png``, and ``<date>_<gpu>_<commit>_grouped.json``.
 
 Per point (scenario, router distribution, T) and side: gate_up, down and their sum (µs, median
 of do_bench); the point's bytes and compute floors (benchmarks/floors.py, from the ceilings of
@@ -27,6 +33,9 @@ from . import scenarios as S
 
 BEGIN = "<!-- bench:begin -->"
 END = "<!-- bench:end -->"
+GROUPED_BEGIN = "<!-- bench-grouped:begin -->"  # the grouped family's section (run.sh --family grouped)
+GROUPED_END = "<!-- bench-grouped:end -->"
+PATH_LABELS = {"grouped_contiguous": "contiguous", "grouped_masked": "masked"}
 SIDES = ("chord", "humming")
 PEER = "humming-kernels 0.1.19"
 
@@ -111,7 +120,7 @@ def merge(ceilings: dict, sides: dict[str, dict | None], path: str = "indexed") 
                     projs[proj] = {f: rec[f] for f in ("n", "k", "rows", "rows_in", "experts_touched",
                                                        "num_experts", "weights_digest", "routing_digest")}
                     break
-        row: dict[str, Any] = {"scenario": key[0], "dist": key[1], "tokens": key[2], "projs": projs,
+        row: dict[str, Any] = {"path": path, "scenario": key[0], "dist": key[1], "tokens": key[2], "projs": projs,
                                "sides": {}}
         complete = all(p in projs for p in S.PROJECTIONS)
         fl = F.point_floors(projs.values(), copy_gbs, tflops) if complete else None
@@ -204,11 +213,12 @@ def _target_cell(t: dict) -> str:
     return "✓" if t["met"] else f"✗ {t['detail']}"
 
 
-def render_table(rows: list[dict]) -> str:
+def render_table(rows: list[dict], path_col: bool = False) -> str:
+    """The main table; ``path_col`` adds a first column with each row's kernel path (grouped)."""
     head = ("| scenario | router | T | rows/exp | Chord gate_up | Chord down | Chord sum | Humming gate_up "
             "| Humming down | Humming sum | bytes floor | compute floor | Chord %floor | Humming %floor "
             "| Humming/Chord | target |")
-    lines = [head, "|" + "---|" * 16]
+    lines = [("| path " if path_col else "") + head, "|" + "---|" * (17 if path_col else 16)]
     for r in rows:
         fl = r["floors"] or {}
         sides = r["sides"]
@@ -217,6 +227,7 @@ def render_table(rows: list[dict]) -> str:
         rpe = "–" if r["rows_per_expert"] is None else f"{r['rows_per_expert']:.2f}"
         bound = {"bytes": " (B)", "compute": " (C)"}.get(fl.get("bound"), "")
         lines.append(
+            (f"| {r['path']} " if path_col else "") +
             f"| {r['scenario']} | {r['dist']} | {r['tokens']} | {rpe} "
             f"| {_cell(recs['chord'].get('gate_up'))} | {_cell(recs['chord'].get('down'))} | {_sum_cell(sides['chord'])} "
             f"| {_cell(recs['humming'].get('gate_up'))} | {_cell(recs['humming'].get('down'))} | {_sum_cell(sides['humming'])} "
@@ -227,9 +238,10 @@ def render_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def render_configs(rows: list[dict]) -> str:
-    lines = ["| scenario | router | T | proj | Chord block_m | Chord kernel | Chord rel err | Humming block_m "
-             "| Humming kernel | Humming rel err |", "|" + "---|" * 10]
+def render_configs(rows: list[dict], path_col: bool = False) -> str:
+    lines = [("| path " if path_col else "") + "| scenario | router | T | proj | Chord block_m | Chord kernel "
+             "| Chord rel err | Humming block_m | Humming kernel | Humming rel err |",
+             "|" + "---|" * (11 if path_col else 10)]
     for r in rows:
         for proj in S.PROJECTIONS:
             cells = []
@@ -245,7 +257,8 @@ def render_configs(rows: list[dict]) -> str:
                     cfg += f" — {note[:120]}"
                 cells += [str(rec.get("block_m") or "–"), cfg.replace("|", "/"),
                           "–" if err is None else f"{err:.2e}" + ("" if rec.get("check") == "ok" else " ✗")]
-            lines.append(f"| {r['scenario']} | {r['dist']} | {r['tokens']} | {proj} | " + " | ".join(cells) + " |")
+            lines.append((f"| {r['path']} " if path_col else "")
+                         + f"| {r['scenario']} | {r['dist']} | {r['tokens']} | {proj} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -306,16 +319,16 @@ def render_block(rows: list[dict], ceilings: dict, sides: dict[str, dict | None]
     return "\n".join(lines)
 
 
-def update_doc(doc: Path, block: str) -> None:
+def update_doc(doc: Path, block: str, begin: str = BEGIN, end: str = END) -> None:
     """Replace the text between the markers; create the doc (with the method header) or append
     the markers if missing. Nothing outside the markers is touched."""
-    section = f"{BEGIN}\n{block}\n{END}"
+    section = f"{begin}\n{block}\n{end}"
     if not doc.is_file():
         doc.parent.mkdir(parents=True, exist_ok=True)
         doc.write_text(DOC_HEADER + section + "\n")
         return
     text = doc.read_text()
-    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.DOTALL)
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
     if pattern.search(text):
         text = pattern.sub(lambda _m: section, text, count=1)
     else:
@@ -372,6 +385,107 @@ def plot(rows: list[dict], plot_dir: Path, run: dict[str, str]) -> list[Path]:
 
 
 # ---------------------------------------------------------------------------------------
+# The grouped family: both paths in one table and one plot per scenario
+# ---------------------------------------------------------------------------------------
+
+
+def merge_grouped(ceilings: dict, sides: dict[str, dict | None]) -> list[dict[str, Any]]:
+    """Rows of every grouped path, path by path (contiguous first), each in report order."""
+    return [row for path in S.GROUPED_PATHS for row in merge(ceilings, sides, path)]
+
+
+def render_grouped_block(rows: list[dict], ceilings: dict, sides: dict[str, dict | None], run: dict[str, str]) -> str:
+    gpu = ceilings.get("gpu", {})
+    smi = ceilings.get("nvidia_smi", {})
+    meta = {s: (d or {}).get("meta", {}) for s, d in sides.items()}
+    hm, cm = meta.get("humming", {}), meta.get("chord", {})
+    timing = cm or hm
+    lines = [
+        f"## Grouped family, last run: {run['date']}, commit `{run['commit']}`, {gpu.get('name', '?')}",
+        "",
+        "Chord `contiguous_offsets` vs Humming `grouped_contiguous` (vLLM's EP default: int64 per-expert "
+        "offsets [E+1], rows grouped without alignment in vLLM's [num_tokens·8, K] buffers), and Chord "
+        "`masked` vs Humming `grouped_masked` (int32 per-expert counts, [E·max_m, K] with max_m = the "
+        f"largest count rounded up to {S.MASKED_ALIGN}; Chord's expected_m = the mean count). Both GEMMs read "
+        "row i and write row i (the scatter of the hidden states happens before them, outside the timing), "
+        "so the bytes floor counts one input row per route for gate_up too. Same routing files, weights, "
+        "timing, correctness check and floors as the indexed table.",
+        "",
+        f"- GPU: {gpu.get('name', '?')}, {gpu.get('sms', '?')} SMs; SM clock {smi.get('clocks.sm', '?')} "
+        f"(max {smi.get('clocks.max.sm', '?')}), memory clock {smi.get('clocks.mem', '?')}; "
+        f"driver {smi.get('driver_version', '?')}",
+        f"- Software: torch {gpu.get('torch', '?')}, CUDA {gpu.get('cuda', '?')}, triton {gpu.get('triton', '?')}; "
+        f"peer humming-kernels {hm.get('humming_version', '?')} (grouped paths, default heuristics); "
+        f"Chord {cm.get('chord_version', '?')}",
+        f"- Ceilings measured in this run: copy {ceilings['copy_gbs']:.0f} GB/s, "
+        f"dense BF16 {ceilings['bf16_tflops']:.0f} TFLOP/s",
+        f"- Timing: do_bench median, warmup {timing.get('warmup_ms', '?')} ms, rep {timing.get('rep_ms', '?')} ms; "
+        f"weights: {timing.get('levels', 16)} code levels, seed {timing.get('seed', '?')}",
+        f"- Results: `benchmarks/results/{run.get('results_name', '?')}`",
+        "",
+        summarize(rows),
+        "",
+        "Times in µs (gate_up + down). (B)/(C): the larger floor; %floor = larger floor / sum. "
+        "✗ after a time: correctness check failed.",
+        "",
+        render_table(rows, path_col=True),
+        "",
+        "<details><summary>Kernel configurations and errors per call (grouped)</summary>",
+        "",
+        render_configs(rows, path_col=True),
+        "",
+        "</details>",
+    ]
+    return "\n".join(lines)
+
+
+def plot_grouped(rows: list[dict], plot_dir: Path, run: dict[str, str]) -> list[Path]:
+    """docs/performance_grouped_<scenario>.png: sum latency vs T (log-log), Chord and Humming on
+    both grouped paths on the same axes plus the larger floor, one panel per router."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not available: no plots")
+        return []
+    styles = {("chord", "grouped_contiguous"): ("o-", "C0"), ("humming", "grouped_contiguous"): ("s-", "C1"),
+              ("chord", "grouped_masked"): ("o--", "C0"), ("humming", "grouped_masked"): ("s--", "C1")}
+    paths = []
+    for scenario in dict.fromkeys(r["scenario"] for r in rows):
+        srows = [r for r in rows if r["scenario"] == scenario]
+        dists = list(dict.fromkeys(r["dist"] for r in srows))
+        fig, axes = plt.subplots(1, len(dists), figsize=(6 * len(dists), 4.5), squeeze=False)
+        for ax, dist in zip(axes[0], dists, strict=True):
+            drows = [r for r in srows if r["dist"] == dist]
+            for (side, path), (style, color) in styles.items():
+                pts = [(r["tokens"], r["sides"][side]["sum_us"]) for r in drows
+                       if r["path"] == path and r["sides"][side] and r["sides"][side]["sum_us"] is not None]
+                if pts:
+                    ax.plot(*zip(*pts, strict=True), style, color=color,
+                            label=f"{side.capitalize()} {PATH_LABELS.get(path, path)}")
+            floor = {r["tokens"]: r["floors"]["larger_us"] for r in drows if r["floors"]}
+            if floor:
+                ax.plot(*zip(*sorted(floor.items()), strict=True), ":", color="gray", label="larger floor")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("tokens per GPU (T)")
+            ax.set_ylabel("gate_up + down latency (µs)")
+            ax.set_title(f"{scenario} grouped — {dist} routing")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.suptitle(f"Chord vs {PEER}, grouped family, {run.get('gpu', '')}, {run['date']}, {run['commit']}")
+        fig.tight_layout()
+        path = plot_dir / f"performance_grouped_{scenario}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+# ---------------------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------------------
 
@@ -380,30 +494,33 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
 
 
-def results_name(date: str, gpu: str, commit: str) -> str:
-    return f"{date}_{slug(gpu.replace('NVIDIA', ''))}_{slug(commit)}.json"
+def results_name(date: str, gpu: str, commit: str, family: str = "indexed") -> str:
+    suffix = "" if family == "indexed" else f"_{slug(family)}"
+    return f"{date}_{slug(gpu.replace('NVIDIA', ''))}_{slug(commit)}{suffix}.json"
 
 
 def build(ceilings: dict, sides: dict[str, dict | None], run: dict[str, str], results_dir: Path | None,
-          doc: Path | None, plot_dir: Path | None, path: str = "indexed") -> dict[str, Any]:
-    """Everything report does, as one call (the CLI and the tests use it)."""
-    rows = merge(ceilings, sides, path)
+          doc: Path | None, plot_dir: Path | None, path: str = "indexed", family: str = "indexed") -> dict[str, Any]:
+    """Everything report does, as one call (the CLI and the tests use it). ``family`` "grouped":
+    every grouped path in one table (its own doc section) and the grouped plots."""
+    grouped = family == "grouped"
+    rows = merge_grouped(ceilings, sides) if grouped else merge(ceilings, sides, path)
     run = dict(run)
     run.setdefault("gpu", ceilings.get("gpu", {}).get("name", "gpu"))
-    run["results_name"] = results_name(run["date"], run["gpu"], run["commit"])
+    run["results_name"] = results_name(run["date"], run["gpu"], run["commit"], family)
     outputs: dict[str, Any] = {"rows": rows}
     if results_dir is not None:
         results_dir.mkdir(parents=True, exist_ok=True)
-        path = results_dir / run["results_name"]
-        path.write_text(json.dumps({"run": run, "ceilings": ceilings, "points": rows,
-                                    "raw": {s: d for s, d in sides.items() if d}}, indent=1) + "\n")
-        outputs["results"] = path
-    block = render_block(rows, ceilings, sides, run)
+        out_path = results_dir / run["results_name"]
+        out_path.write_text(json.dumps({"run": run, "family": family, "ceilings": ceilings, "points": rows,
+                                        "raw": {s: d for s, d in sides.items() if d}}, indent=1) + "\n")
+        outputs["results"] = out_path
+    block = (render_grouped_block if grouped else render_block)(rows, ceilings, sides, run)
     outputs["markdown"] = block
     if doc is not None:
-        update_doc(doc, block)
+        update_doc(doc, block, *((GROUPED_BEGIN, GROUPED_END) if grouped else (BEGIN, END)))
         outputs["doc"] = doc
-    outputs["plots"] = plot(rows, plot_dir, run) if plot_dir is not None else []
+    outputs["plots"] = (plot_grouped if grouped else plot)(rows, plot_dir, run) if plot_dir is not None else []
     return outputs
 
 
@@ -420,14 +537,16 @@ def main(argv=None) -> int:
     parser.add_argument("--no-doc", action="store_true")
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--copy-to", type=Path, help="also copy the results JSON, doc and plots here")
-    parser.add_argument("--path", default="indexed", help="kernel path to report (indexed for now)")
+    parser.add_argument("--path", default="indexed", help="kernel path to report (indexed family)")
+    parser.add_argument("--family", choices=tuple(S.FAMILIES), default="indexed",
+                        help="grouped: both grouped paths, their own doc section and plots")
     args = parser.parse_args(argv)
     ceilings = load_json(args.ceilings)
     if ceilings is None:
         raise SystemExit(f"no ceilings file at {args.ceilings}")
     sides = {"chord": load_json(args.chord), "humming": load_json(args.humming)}
     out = build(ceilings, sides, {"date": args.date, "commit": args.commit}, args.results_dir,
-                None if args.no_doc else args.doc, None if args.no_plot else args.plot_dir, args.path)
+                None if args.no_doc else args.doc, None if args.no_plot else args.plot_dir, args.path, args.family)
     print(out["markdown"])
     if args.copy_to:
         args.copy_to.mkdir(parents=True, exist_ok=True)

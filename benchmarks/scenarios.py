@@ -16,6 +16,13 @@ Each point times two GEMMs with vLLM's indexed semantics:
 - ``down``: input = the activation rows [num_tokens·8, I], ``top_k = 1``: route r reads row r.
 
 The default run is EP8 and TP8 (issue 4); EP16 and EP32 are defined for later runs.
+
+The *grouped* family (issue 5; EP only: EP8, EP16, EP32) times the same two GEMMs on rows
+already grouped by local expert, the routing of each point turned into vLLM's grouped layouts:
+``grouped_contiguous`` (per-expert offsets [E+1], rows grouped, no alignment, in vLLM's
+[num_tokens*8, K] buffers) and ``grouped_masked`` (per-expert counts, [E*max_m, K] with
+max_m = the largest count rounded up to ``MASKED_ALIGN``). Each GEMM reads row i and writes
+row i of its buffers (top_k 1 for both projections).
 """
 
 from __future__ import annotations
@@ -93,6 +100,26 @@ SCENARIOS = {
     "ep32": Scenario("ep32", num_local_experts=12, tokens_factor=32, tp=1),
 }
 DEFAULT_SCENARIOS = ("ep8", "tp8")
+
+# Kernel families and the paths (routing layouts) each one times side by side.
+FAMILIES = {"indexed": ("indexed",), "grouped": ("grouped_contiguous", "grouped_masked")}
+GROUPED_PATHS = FAMILIES["grouped"]
+GROUPED_SCENARIOS = ("ep8", "ep16", "ep32")  # the grouped kernels are EP-only
+MASKED_ALIGN = 64  # grouped_masked: max_m = largest per-expert count rounded up to this
+
+
+def family_of(path: str) -> str:
+    """'indexed' or 'grouped' for a path name (records without a path are indexed)."""
+    for family, paths in FAMILIES.items():
+        if path in paths:
+            return family
+    raise ValueError(f"unknown kernel path {path!r}; known: {', '.join(p for ps in FAMILIES.values() for p in ps)}")
+
+
+def default_scenarios(family: str) -> tuple[str, ...]:
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
+    return GROUPED_SCENARIOS if family == "grouped" else DEFAULT_SCENARIOS
 
 
 @dataclass(frozen=True)
