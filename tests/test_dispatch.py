@@ -38,14 +38,15 @@ def test_indexed_choice(n, k, block_m, want):
 def test_indexed_prefill_choice_is_the_wgmma_tile(n, block_m, want):
     problem = IndexedProblem(n, 7168, 48, 8, block_m)
     launch = dispatch.select_indexed(problem)
-    assert launch.spec.family == "indexed_wgmma" and launch.spec.threads == 256
+    assert launch.spec.family == "indexed_wgmma" and launch.spec.threads == 384
     assert {key: launch.spec.config[key] for key in want} == want
     assert launch.rows_per_cta == want["BN"] and launch.cols_per_cta == 128 * want["WM"]
     assert launch.ctas_per_block(problem) == 1
-    # WgmmaTile::Smem: STAGES x (BN rows x 128 B, 8 warps x WM x 512 B, 2 groups x 128*WM bf16) + 2 x BN int32
+    # WgmmaTile::Smem: STAGES x (BN rows x 128 B, 8 warps x WM x 512 B, 2 groups x 128*WM bf16,
+    # 2 mbarriers) + 2 x BN int32
     cfg = launch.spec.config
-    assert launch.smem_bytes == cfg["STAGES"] * (cfg["BN"] * 128 + 8 * cfg["WM"] * 512 + 2 * 128 * cfg["WM"] * 2) \
-        + 8 * cfg["BN"]
+    assert launch.smem_bytes == cfg["STAGES"] * (cfg["BN"] * 128 + 8 * cfg["WM"] * 512 + 2 * 128 * cfg["WM"] * 2
+                                                 + 16) + 8 * cfg["BN"]
     assert launch.smem_bytes <= 227 * 1024
 
 
@@ -126,7 +127,7 @@ def test_tuning_override(monkeypatch):
     # One override string serves both tensor-core families: each takes its own keys.
     wg = dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="NT=4,BN=64,STAGES=4")
     assert wg.spec.config == {"WM": 2, "BN": 64, "STAGES": 4}
-    with pytest.raises(ValueError, match="WM 1.2, BN 64.128"):
+    with pytest.raises(ValueError, match="WM 1.2, BN 64.128, STAGES 2..8"):
         dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="BN=96")
     monkeypatch.setenv("CHORD_W4A16_BLOCK_M", "24")
     assert dispatch.indexed_block_m(10, 48) == 24

@@ -120,19 +120,22 @@ def indexed_mma(nt: int, tt: int, stage_k: int, stages: int = 3, arch: str = DEF
 
 def wgmma_smem_bytes(wm: int, bn: int, stages: int) -> int:
     """sizeof(WgmmaTile::Smem): per stage the swizzled activation rows (128 bytes each), the 8
-    warps' weight chunks (WM x 512 bytes each) and the CTA rows' two scale groups, then two
-    int32 row indices per row."""
+    consumer warps' weight chunks (WM x 512 bytes each), the CTA rows' two scale groups and two
+    mbarriers (full, empty), then two int32 row indices per row."""
     rows = 2 * 64 * wm
-    return stages * (bn * 128 + 8 * wm * 512 + 2 * rows * 2) + bn * 2 * 4
+    return stages * (bn * 128 + 8 * wm * 512 + 2 * rows * 2 + 16) + bn * 2 * 4
+
+
+WGMMA_THREADS = 384  # a producer warpgroup + two consumer warpgroups
 
 
 def indexed_wgmma(wm: int, bn: int, stages: int, arch: str = DEFAULT_ARCH) -> Launch:
-    """Indexed routing on the wgmma tile (csrc/common/w4a16_wgmma_tile.cuh): 2 warpgroups x
-    ``wm`` m64 weight tiles, ``bn`` rows on WGMMA-N; one CTA per SM (its ring fills shared
-    memory, and the accumulators need up to 128 registers a thread)."""
+    """Indexed routing on the wgmma tile (csrc/common/w4a16_wgmma_tile.cuh): a producer
+    warpgroup and 2 consumer warpgroups x ``wm`` m64 weight tiles, ``bn`` rows on WGMMA-N; one
+    CTA per SM (its ring fills shared memory; the consumers take 216 registers a thread)."""
     spec = KernelSpec(family="indexed_wgmma", header="indexed/w4a16_indexed_mma.cuh", body="chord::IndexedWgmma",
                       params_type="chord::MoeParams", template_args=(("WM", wm), ("BN", bn), ("STAGES", stages)),
-                      threads=256, min_blocks_per_sm=1, arch=arch)
+                      threads=WGMMA_THREADS, min_blocks_per_sm=1, arch=arch)
     return Launch(spec, rows_per_cta=bn, cols_per_cta=2 * 64 * wm, smem_bytes=wgmma_smem_bytes(wm, bn, stages))
 
 
@@ -173,7 +176,7 @@ def wgmma_shape(n: int, rows: int) -> dict[str, int]:
     """Tile config of the wgmma kernel for a routing block of ``rows``: N of the wgmma is the
     block (64 or 128 rows); two m64 weight tiles per warpgroup (256 weight rows per CTA, half
     the activation bytes re-read per weight byte of one tile) unless N is too narrow; a 6-deep
-    ring of 64-column stages (4 in flight: ~100 KB per SM at BN=128)."""
+    ring of 64-column stages (~150 KB at BN=128; the depth made no difference in the v6 sweep)."""
     return {"WM": 2 if n >= 256 else 1, "BN": 64 if rows <= 64 else 128, "STAGES": 6}
 
 
@@ -183,8 +186,8 @@ def apply_tuning(cfg: dict[str, int], k: int, tuning: str) -> dict[str, int]:
     other family's calls in the same run)."""
     cfg = {**cfg, **{key: v for key, v in parse_tuning(tuning).items() if key in cfg}}
     if "WM" in cfg:
-        if cfg["WM"] not in (1, 2) or cfg["BN"] not in (64, 128) or not 3 <= cfg["STAGES"] <= 8 or k % 64:
-            raise ValueError(f"tuning {cfg} does not fit K={k} (WM 1|2, BN 64|128, STAGES 3..8, K a multiple of 64)")
+        if cfg["WM"] not in (1, 2) or cfg["BN"] not in (64, 128) or not 2 <= cfg["STAGES"] <= 8 or k % 64:
+            raise ValueError(f"tuning {cfg} does not fit K={k} (WM 1|2, BN 64|128, STAGES 2..8, K a multiple of 64)")
     elif k % cfg["STAGE_K"] or cfg["STAGE_K"] % 64 or not 1 <= cfg["TT"] <= MAX_TOKEN_TILES:
         raise ValueError(f"tuning {cfg} does not fit K={k} (STAGE_K must divide K, multiple of 64; TT 1..8)")
     return cfg
