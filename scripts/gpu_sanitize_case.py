@@ -10,7 +10,9 @@ from chord_kernels import indexed, layouts, routing
 g = torch.Generator().manual_seed(0)
 CASES = {"mma": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
          "simple": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
-         "wgmma": ((4, 160, 320, 50, 2, 64), (3, 512, 256, 90, 2, 128), (2, 128, 192, 7, 1, 64))}
+         # (WM, BN) = (1, 64), (2, 128), (1, 64), (2, 64), (1, 128); K = 640 wraps the 6-slot ring
+         "wgmma": ((4, 160, 320, 50, 2, 64), (3, 512, 256, 90, 2, 128), (2, 128, 192, 7, 1, 64),
+                   (3, 512, 640, 60, 2, 64), (2, 160, 640, 80, 2, 128))}
 for family, cases in CASES.items():
     os.environ["CHORD_W4A16_INDEXED_KERNEL"] = family
     for e, n, k, tokens, top_k, block_m in cases:
@@ -38,3 +40,15 @@ contiguous_offsets(a, layouts.pack_w4a16(codes, scale, "contiguous").to("cuda"),
 masked(a[:32], layouts.pack_w4a16(codes, scale, "masked").to("cuda"), counts.clamp_max(8).to("cuda"), 4)
 torch.cuda.synchronize()
 print("sanitize case ok: grouped contiguous_offsets + masked")
+
+# Grouped on the wgmma tile (64+ rows per expert, K >= 1024): ragged experts, an empty one.
+e, n, k = 4, 256, 1024
+codes = torch.randint(0, 16, (e, n, k), generator=g, dtype=torch.uint8)
+scale = (torch.rand(e, n, k // 32, generator=g) * 0.05).to(torch.bfloat16)
+counts = torch.tensor([70, 0, 130, 9], dtype=torch.int32)
+offsets = routing.counts_to_offsets(counts).to("cuda")
+a = torch.randn(220, k, generator=g).to(torch.bfloat16).to("cuda")
+contiguous_offsets(a, layouts.pack_w4a16(codes, scale, "contiguous").to("cuda"), offsets, expected_m=100)
+masked(a[:4 * 55], layouts.pack_w4a16(codes, scale, "masked").to("cuda"), counts.clamp_max(55).to("cuda"), 80)
+torch.cuda.synchronize()
+print("sanitize case ok: grouped wgmma contiguous_offsets + masked")

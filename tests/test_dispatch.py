@@ -133,16 +133,22 @@ def test_tuning_override(monkeypatch):
     assert dispatch.indexed_block_m(10, 48) == 24
 
 
-@pytest.mark.parametrize("routing,rows,want_tt", [("contiguous", 3, 1), ("contiguous_offsets", 20, 4),
-                                                  ("masked", 40, 8), ("masked", 5000, 8)])
-def test_grouped_choice(routing, rows, want_tt):
+@pytest.mark.parametrize("routing,rows,want", [("contiguous", 3, {"TT": 1}), ("contiguous_offsets", 20, {"TT": 4}),
+                                               ("masked", 30, {"TT": 4}), ("masked", 40, {"WM": 2, "BN": 64}),
+                                               ("contiguous_offsets", 100, {"WM": 2, "BN": 128}),
+                                               ("masked", 5000, {"WM": 2, "BN": 128})])
+def test_grouped_choice(routing, rows, want):
     from chord_kernels.dispatch import GroupedProblem
 
     block_k = 128 if routing == "masked" else 64
     launch = dispatch.select_grouped(GroupedProblem(routing, 4096, 7168, 48, rows, block_k))
     cfg = launch.spec.config
-    assert launch.spec.family == "grouped_mma" and cfg["TT"] == want_tt and cfg["BLOCK_K"] == block_k
+    # The same tile rule as indexed: wgmma from 64-row tiles on deep K (prefill), mma below.
+    assert launch.spec.family == ("grouped_wgmma" if "WM" in want else "grouped_mma")
+    assert {key: cfg[key] for key in want} == want and cfg["BLOCK_K"] == block_k
     assert cfg["ROUTING"] == dispatch.GROUPED_ROUTINGS[routing]
     assert 128 % launch.rows_per_cta == 0  # a tile never straddles a 128-aligned segment
+    short_k = dispatch.select_grouped(GroupedProblem(routing, 7168, 256, 384, rows, 64 if block_k == 64 else 128))
+    assert short_k.spec.family == "grouped_mma"
     with pytest.raises(ValueError, match="unknown grouped routing"):
         dispatch.select_grouped(GroupedProblem("sorted", 4096, 7168, 48, rows, block_k))

@@ -6,18 +6,20 @@
 //                      alignment; CTA y takes the y-th tile of the per-expert tile sequence.
 //   kMasked            rows [e*max_m, e*max_m + min(masked_m[e], max_m)) belong to e; rows past
 //                      masked_m are neither read nor written.
-// out[row] = a[row] @ dequant(W[expert])^T (same row in and out). The tile itself is
-// common/w4a16_mma_tile.cuh; BLOCK_K is the packed weight's (64 contiguous, 128 masked).
+// out[row] = a[row] @ dequant(W[expert])^T (same row in and out). Two tiles, as in the indexed
+// family: GroupedMma (common/w4a16_mma_tile.cuh, up to 64 rows) and GroupedWgmma
+// (common/w4a16_wgmma_tile.cuh, 64 or 128 rows, prefill); BLOCK_K is the packed weight's (64
+// contiguous, 128 masked).
 #pragma once
 
 #include "common/moe_params.cuh"
 #include "common/w4a16_mma_tile.cuh"
+#include "common/w4a16_wgmma_tile.cuh"
 
 namespace chord {
 
-template <int ROUTING, int NT, int TT, int STAGE_K, int STAGES, int BLOCK_K>
-struct GroupedMma {
-  using Tile = MmaTile<NT, TT, STAGE_K, STAGES, BLOCK_K>;
+template <int ROUTING, class Tile>
+struct GroupedRows {
   static constexpr int kTok = Tile::kTok;
   static_assert(ROUTING == kContiguousRows || ROUTING == kContiguousOffsets || ROUTING == kMasked,
                 "grouped routing");
@@ -27,7 +29,10 @@ struct GroupedMma {
     int expert, first, rows;
   };
 
-  __device__ static Located locate(const MoeParams& p) {
+  // `scratch` (3 ints of the tile's shared memory, rewritten after a barrier by the caller)
+  // carries warp 0's answer to the CTA: no static shared memory, so the dynamic ring keeps the
+  // 1024-byte alignment the wgmma tile's swizzle needs.
+  __device__ static Located locate(const MoeParams& p, int32_t* scratch) {
     const int y = blockIdx.y;
     if (ROUTING == kContiguousRows) {
       const int first = y * kTok;
@@ -43,7 +48,6 @@ struct GroupedMma {
       return {e, e * p.max_m + first, min(kTok, count - first)};
     }
     // kContiguousOffsets: warp 0 scans the per-expert tile counts 32 experts at a time.
-    __shared__ int found[3];
     if (threadIdx.x < 32) {
       const int lane = threadIdx.x;
       int base = 0, hit = -1, first = 0, rows = 0;
@@ -71,27 +75,35 @@ struct GroupedMma {
         }
         base += __shfl_sync(0xffffffffu, incl, 31);
       }
-      if (lane == 0) found[0] = hit, found[1] = first, found[2] = rows;
+      if (lane == 0) scratch[0] = hit, scratch[1] = first, scratch[2] = rows;
     }
     __syncthreads();
-    return {found[0], found[1], found[2]};
+    const Located at{scratch[0], scratch[1], scratch[2]};
+    __syncthreads();  // everyone has read it before the rows overwrite the scratch
+    return at;
   }
 
   __device__ static void run(const MoeParams& p) {
     auto& sm = Tile::smem();
-    const Located at = locate(p);
+    const Located at = locate(p, sm.out_row);
     if (at.expert < 0 || at.expert >= p.num_experts || at.rows <= 0) return;  // uniform per CTA
-    if (threadIdx.x < kTok) {
-      const int row = at.first + threadIdx.x;
-      bool valid = threadIdx.x < at.rows;
+    for (int i = threadIdx.x; i < kTok; i += Tile::kThreads) {
+      const int row = at.first + i;
+      bool valid = i < at.rows;
       // DeepGEMM form: rows of another expert (padding, -1) inside the tile are skipped.
       if (ROUTING == kContiguousRows && valid) valid = __ldg(p.m_indices + row) == at.expert;
-      sm.a_row[threadIdx.x] = valid ? row : -1;
-      sm.out_row[threadIdx.x] = valid ? row : -1;
+      sm.a_row[i] = valid ? row : -1;
+      sm.out_row[i] = valid ? row : -1;
     }
     __syncthreads();
     Tile::run(p, sm, at.expert);
   }
 };
+
+template <int ROUTING, int NT, int TT, int STAGE_K, int STAGES, int BLOCK_K>
+struct GroupedMma : GroupedRows<ROUTING, MmaTile<NT, TT, STAGE_K, STAGES, BLOCK_K>> {};
+
+template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K>
+struct GroupedWgmma : GroupedRows<ROUTING, WgmmaTile<WM, BN, STAGES, BLOCK_K>> {};
 
 }  // namespace chord

@@ -70,7 +70,7 @@ def test_contiguous_m_indices(shape, total, skew):
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
-@pytest.mark.parametrize("total,skew", [(1, False), (37, True), (900, False)])
+@pytest.mark.parametrize("total,skew", [(1, False), (37, True), (900, False), (4000, True)])
 def test_contiguous_offsets_unaligned(shape, total, skew):
     e, n, k = SHAPES[shape]
     codes, scale, packed = weights(e, n, k, "contiguous")

@@ -271,10 +271,10 @@ class GroupedProblem:
 
 
 def grouped_tile_rows(rows_per_expert: int) -> int:
-    """Rows per tile: the smallest power of two in 8..64 holding an expert's expected rows. A
+    """Rows per tile: the smallest power of two in 8..128 holding an expert's expected rows. A
     power of two divides the 128-row segment alignment of the DeepGEMM contiguous form, so a
     tile never straddles two experts."""
-    return next((b for b in BLOCK_M_CHOICES if rows_per_expert <= b), BLOCK_M_CHOICES[-1])
+    return next((b for b in INDEXED_BLOCK_M_CHOICES if rows_per_expert <= b), INDEXED_BLOCK_M_CHOICES[-1])
 
 
 def grouped_mma(routing: str, nt: int, tt: int, stage_k: int, block_k: int, stages: int = 3,
@@ -286,12 +286,32 @@ def grouped_mma(routing: str, nt: int, tt: int, stage_k: int, block_k: int, stag
                       nt, tt, stage_k, stages, arch)
 
 
+def grouped_wgmma(routing: str, wm: int, bn: int, stages: int, block_k: int, arch: str = DEFAULT_ARCH) -> Launch:
+    """Grouped routing on the wgmma tile (the indexed family's prefill tile, same launch shape)."""
+    spec = KernelSpec(family="grouped_wgmma", header="grouped/w4a16_grouped_mma.cuh", body="chord::GroupedWgmma",
+                      params_type="chord::MoeParams",
+                      template_args=(("ROUTING", GROUPED_ROUTINGS[routing]), ("WM", wm), ("BN", bn),
+                                     ("STAGES", stages), ("BLOCK_K", block_k)),
+                      threads=WGMMA_THREADS, min_blocks_per_sm=1, arch=arch)
+    return Launch(spec, rows_per_cta=bn, cols_per_cta=2 * 64 * wm, smem_bytes=wgmma_smem_bytes(wm, bn, stages))
+
+
+def grouped_launch(routing: str, n: int, k: int, rows: int, block_k: int, arch: str = DEFAULT_ARCH) -> Launch:
+    """The grouped kernel for a tile of ``rows`` (grouped_tile_rows): the wgmma tile under the
+    same rule as indexed (64+ rows, K >= 1024), else the mma tile."""
+    if rows >= WGMMA_MIN_BLOCK_M and k >= WGMMA_MIN_K:
+        cfg = wgmma_shape(n, rows)
+        return grouped_wgmma(routing, cfg["WM"], cfg["BN"], cfg["STAGES"], block_k, arch)
+    cfg = mma_shape(n, k, rows)
+    return grouped_mma(routing, cfg["NT"], cfg["TT"], cfg["STAGE_K"], block_k, cfg["STAGES"], arch)
+
+
 def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH) -> Launch:
     """Grouped dispatch owns its layout search: no block_m or tuning overrides (by design)."""
     if problem.routing not in GROUPED_ROUTINGS:
         raise ValueError(f"unknown grouped routing {problem.routing!r}")
-    cfg = mma_shape(problem.n, problem.k, grouped_tile_rows(problem.rows_per_expert))
-    launch = grouped_mma(problem.routing, cfg["NT"], cfg["TT"], cfg["STAGE_K"], problem.block_k, cfg["STAGES"], arch)
+    launch = grouped_launch(problem.routing, problem.n, problem.k, grouped_tile_rows(problem.rows_per_expert),
+                            problem.block_k, arch)
     report_choice(problem, launch.spec)
     return launch
 
@@ -301,13 +321,12 @@ def grouped_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
     seen: dict[str, Launch] = {}
     for routing in GROUPED_ROUTINGS:
         for block_k in (64, 128):
-            for n in (512, 4096):
+            for n in (128, 512, 4096):
                 for k in (256, 320, 7168):
                     if k % block_k:
                         continue
-                    for rows in BLOCK_M_CHOICES:
-                        cfg = mma_shape(n, k, rows)
-                        launch = grouped_mma(routing, cfg["NT"], cfg["TT"], cfg["STAGE_K"], block_k, cfg["STAGES"], arch)
+                    for rows in INDEXED_BLOCK_M_CHOICES:
+                        launch = grouped_launch(routing, n, k, rows, block_k, arch)
                         seen.setdefault(launch.spec.symbol, launch)
     return list(seen.values())
 

@@ -8,13 +8,12 @@ Expert-parallel profiles also carry the grouped family (vLLM with EP runs groupe
 from __future__ import annotations
 
 from .dispatch import (
-    BLOCK_M_CHOICES,
     GROUPED_ROUTINGS,
-    grouped_mma,
+    INDEXED_BLOCK_M_CHOICES,
+    grouped_launch,
     grouped_reachable_launches,
     indexed_profile_launches,
     indexed_reachable_launches,
-    mma_shape,
 )
 from .jit.kernel import DEFAULT_ARCH, KernelSpec
 from .layouts import BLOCK_K_BY_MODE
@@ -36,9 +35,8 @@ def _grouped_specs(n: int, k: int, arch: str) -> list[KernelSpec]:
     specs = []
     for routing in GROUPED_ROUTINGS:
         block_k = BLOCK_K_BY_MODE["masked" if routing == "masked" else "contiguous"]
-        for rows in BLOCK_M_CHOICES:
-            cfg = mma_shape(n, k, rows)
-            specs.append(grouped_mma(routing, cfg["NT"], cfg["TT"], cfg["STAGE_K"], block_k, cfg["STAGES"], arch).spec)
+        for rows in INDEXED_BLOCK_M_CHOICES:
+            specs.append(grouped_launch(routing, n, k, rows, block_k, arch).spec)
     return specs
 
 
