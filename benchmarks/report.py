@@ -328,7 +328,8 @@ def update_doc(doc: Path, block: str, begin: str = BEGIN, end: str = END) -> Non
         doc.write_text(DOC_HEADER + section + "\n")
         return
     text = doc.read_text()
-    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
+    # Markers count only as whole lines: prose may quote them (inline code) without being replaced.
+    pattern = re.compile(r"^" + re.escape(begin) + r"$.*?^" + re.escape(end) + r"$", re.DOTALL | re.MULTILINE)
     if pattern.search(text):
         text = pattern.sub(lambda _m: section, text, count=1)
     else:

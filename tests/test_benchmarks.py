@@ -581,3 +581,16 @@ def test_chord_config_describes_dispatch_choice(monkeypatch):
 
 def test_results_name_slug():
     assert report.results_name("2026-12-01", "NVIDIA H200", "abc1234-dirty") == "2026-12-01_h200_abc1234-dirty.json"
+
+
+def test_update_doc_replaces_marker_lines_not_quoted_markers(tmp_path):
+    """Prose may quote a marker in inline code; only whole-line markers delimit the section."""
+    from benchmarks import report
+
+    doc = tmp_path / "perf.md"
+    doc.write_text("intro: between `<!-- bench-grouped:begin -->` and `<!-- bench-grouped:end -->`.\n\n"
+                   "<!-- bench-grouped:begin -->\nold\n<!-- bench-grouped:end -->\ntail\n")
+    report.update_doc(doc, "new", report.GROUPED_BEGIN, report.GROUPED_END)
+    text = doc.read_text()
+    assert text.startswith("intro: between `<!-- bench-grouped:begin -->` and `<!-- bench-grouped:end -->`.")
+    assert "\n<!-- bench-grouped:begin -->\nnew\n<!-- bench-grouped:end -->\ntail\n" in text and "old" not in text
