@@ -278,22 +278,22 @@ def summarize(rows: list[dict]) -> str:
     return text
 
 
-def render_block(rows: list[dict], ceilings: dict, sides: dict[str, dict | None], run: dict[str, str]) -> str:
+def run_facts(ceilings: dict, sides: dict[str, dict | None], run: dict[str, str], paths: str) -> list[str]:
+    """The bullet list every section starts with: GPU and clocks, software, ceilings, timing,
+    weights, results file (``paths``: which of each library's paths ran)."""
     gpu = ceilings.get("gpu", {})
     smi = ceilings.get("nvidia_smi", {})
     meta = {s: (d or {}).get("meta", {}) for s, d in sides.items()}
     hm, cm = meta.get("humming", {}), meta.get("chord", {})
     timing = cm or hm
-    lines = [
-        f"## Last run: {run['date']}, commit `{run['commit']}`, {gpu.get('name', '?')}",
-        "",
+    return [
         f"- GPU: {gpu.get('name', '?')}, {gpu.get('sms', '?')} SMs, {gpu.get('memory_gib', '?')} GiB; "
         f"SM clock {smi.get('clocks.sm', '?')} (max {smi.get('clocks.max.sm', '?')}, application "
         f"{smi.get('clocks.applications.graphics', '?')}), memory clock {smi.get('clocks.mem', '?')}; "
         f"driver {smi.get('driver_version', '?')}, power limit {smi.get('power.limit', '?')}",
         f"- Software: torch {gpu.get('torch', '?')}, CUDA {gpu.get('cuda', '?')}, triton {gpu.get('triton', '?')}; "
-        f"peer humming-kernels {hm.get('humming_version', '?')} (indexed path, default heuristics); "
-        f"Chord {cm.get('chord_version', '?')} (indexed)",
+        f"peer humming-kernels {hm.get('humming_version', '?')} ({paths} paths, default heuristics); "
+        f"Chord {cm.get('chord_version', '?')} ({paths})",
         f"- Ceilings measured in this run: copy {ceilings['copy_gbs']:.0f} GB/s (2 GiB device copy, read + write), "
         f"dense BF16 {ceilings['bf16_tflops']:.0f} TFLOP/s (8192³ torch.matmul)",
         f"- Timing: do_bench median, warmup {timing.get('warmup_ms', '?')} ms, rep {timing.get('rep_ms', '?')} ms; "
@@ -302,6 +302,14 @@ def render_block(rows: list[dict], ceilings: dict, sides: dict[str, dict | None]
         f"({'0..15' if timing.get('levels', 16) == 16 else '1..15, Kimi-like: no -8'}), BF16 group-32 scales; "
         f"seed {timing.get('seed', '?')}",
         f"- Results: `benchmarks/results/{run.get('results_name', '?')}`",
+    ]
+
+
+def render_block(rows: list[dict], ceilings: dict, sides: dict[str, dict | None], run: dict[str, str]) -> str:
+    lines = [
+        f"## Last run: {run['date']}, commit `{run['commit']}`, {ceilings.get('gpu', {}).get('name', '?')}",
+        "",
+        *run_facts(ceilings, sides, run, "indexed"),
         "",
         summarize(rows),
         "",
@@ -396,13 +404,8 @@ def merge_grouped(ceilings: dict, sides: dict[str, dict | None]) -> list[dict[st
 
 
 def render_grouped_block(rows: list[dict], ceilings: dict, sides: dict[str, dict | None], run: dict[str, str]) -> str:
-    gpu = ceilings.get("gpu", {})
-    smi = ceilings.get("nvidia_smi", {})
-    meta = {s: (d or {}).get("meta", {}) for s, d in sides.items()}
-    hm, cm = meta.get("humming", {}), meta.get("chord", {})
-    timing = cm or hm
     lines = [
-        f"## Grouped family, last run: {run['date']}, commit `{run['commit']}`, {gpu.get('name', '?')}",
+        f"## Grouped family, last run: {run['date']}, commit `{run['commit']}`, {ceilings.get('gpu', {}).get('name', '?')}",
         "",
         "Chord `contiguous_offsets` vs Humming `grouped_contiguous` (vLLM's EP default: int64 per-expert "
         "offsets [E+1], rows grouped without alignment in vLLM's [num_tokens·8, K] buffers), and Chord "
@@ -412,17 +415,7 @@ def render_grouped_block(rows: list[dict], ceilings: dict, sides: dict[str, dict
         "so the bytes floor counts one input row per route for gate_up too. Same routing files, weights, "
         "timing, correctness check and floors as the indexed table.",
         "",
-        f"- GPU: {gpu.get('name', '?')}, {gpu.get('sms', '?')} SMs; SM clock {smi.get('clocks.sm', '?')} "
-        f"(max {smi.get('clocks.max.sm', '?')}), memory clock {smi.get('clocks.mem', '?')}; "
-        f"driver {smi.get('driver_version', '?')}",
-        f"- Software: torch {gpu.get('torch', '?')}, CUDA {gpu.get('cuda', '?')}, triton {gpu.get('triton', '?')}; "
-        f"peer humming-kernels {hm.get('humming_version', '?')} (grouped paths, default heuristics); "
-        f"Chord {cm.get('chord_version', '?')}",
-        f"- Ceilings measured in this run: copy {ceilings['copy_gbs']:.0f} GB/s, "
-        f"dense BF16 {ceilings['bf16_tflops']:.0f} TFLOP/s",
-        f"- Timing: do_bench median, warmup {timing.get('warmup_ms', '?')} ms, rep {timing.get('rep_ms', '?')} ms; "
-        f"weights: {timing.get('levels', 16)} code levels, seed {timing.get('seed', '?')}",
-        f"- Results: `benchmarks/results/{run.get('results_name', '?')}`",
+        *run_facts(ceilings, sides, run, "grouped"),
         "",
         summarize(rows),
         "",

@@ -107,10 +107,7 @@ def prepare_and_transform_humming_tensors(
                          f"{want_w} / {want_s} for N={shape_n}, K={shape_k}, {num_experts} experts")
     check_supported_device(device if device is not None else weight.device)
 
-    if gemm_type is not None:
-        gt, source = as_gemm_type(gemm_type), "explicit"
-    else:
-        gt, source = gemm_type_from_env()
+    gt, source = _gemm_type(gemm_type)
     mode = chord_mode_for(gt)
     try:
         qweight, packed_scale, block_k = _pack_experts(weight, scale.to(torch.bfloat16), mode)
@@ -128,6 +125,11 @@ def prepare_and_transform_humming_tensors(
         chord_mode=mode, chord_mode_source=source, chord_block_k=block_k,
     )
     return config, {"weight": qweight, "weight_scale": packed_scale}
+
+
+def _gemm_type(gemm_type):
+    """The gemm type vLLM asked for and where it came from ("explicit", or the env's)."""
+    return (as_gemm_type(gemm_type), "explicit") if gemm_type is not None else gemm_type_from_env()
 
 
 def _wrap_prepacked(tensors, shape_n, shape_k, schema: ChordPackedWeightSchema, num_experts, device, gemm_type):
@@ -149,10 +151,7 @@ def _wrap_prepacked(tensors, shape_n, shape_k, schema: ChordPackedWeightSchema, 
         raise ValueError(f"Chord-packed weight holds {(packed.num_experts, packed.n, packed.k)} (E, N, K); "
                          f"vLLM expects {(num_experts, shape_n, shape_k)}")
     check_supported_device(device if device is not None else packed.device)
-    if gemm_type is not None:
-        gt, source = as_gemm_type(gemm_type), "explicit"
-    else:
-        gt, source = gemm_type_from_env()
+    gt, source = _gemm_type(gemm_type)
     need = chord_mode_for(gt)
     if BLOCK_K_BY_MODE[need] != packed.block_k:
         how = {"auto": f"{GEMM_TYPE_ENV} unset/auto", "env": f"{GEMM_TYPE_ENV}={gt.value}"}.get(source, "requested")
