@@ -237,3 +237,15 @@ def test_grouped_entry_points_check_mode_and_expected_m():
         masked(a, packed_m, torch.zeros(4, dtype=torch.int32), 0)
     with pytest.raises(ValueError, match=r"expert_offsets must be int64 \[5\]"):
         contiguous_offsets(a, packed_c, torch.tensor([0, 1, 2, 3], dtype=torch.int64))
+
+
+def test_grids_past_cuda_limit_are_a_clear_error(grouped_stub):
+    """Row tiles map to grid y (at most 65535): a buffer too tall for its tile size raises before
+    any launch instead of failing in the driver."""
+    packed, _, _ = _grouped_problem("contiguous", k=64)
+    a = torch.empty(8 * 65535, 64, dtype=torch.bfloat16)  # 8-row tiles (expected_m 1): 65535 + E tiles
+    out = torch.empty(a.shape[0], packed.n, dtype=torch.bfloat16)
+    offsets = torch.tensor([0, 1, 2, 3, 4])
+    with pytest.raises(ValueError, match="contiguous_offsets over 524280 rows .* grid y, over CUDA's 65535"):
+        ops._grouped_cuda("contiguous_offsets", a, packed, offsets, out, 1)
+    assert not grouped_stub["launches"]

@@ -73,6 +73,16 @@ def _check_operands(a_shape, a_stride, a_dtype, k: int, out_shape, out_stride, o
 
 
 
+MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (the kernels map row tiles to y)
+
+
+def _check_grid(grid: tuple[int, int, int], what: str) -> None:
+    """A launch the hardware cannot take is a clear error before anything runs, not a launch
+    failure (the row-tile grids grow with the routing buffers' rows)."""
+    _require(grid[1] <= MAX_GRID_Y,
+             f"{what} needs {grid[1]} CTAs in grid y, over CUDA's {MAX_GRID_Y}: not supported (split the call)")
+
+
 def _load(launch: Launch, device: torch.device) -> LoadedKernel:
     return load_kernel(launch.spec, _device_index(device), launch.smem_bytes)
 
@@ -98,6 +108,7 @@ def _indexed_plan(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, b
     launch = select_indexed(problem, kernel_arch(_device_index(a.device)), family, tuning)
     kernel = _load(launch, a.device)
     grid = launch.grid(problem, num_blocks)
+    _check_grid(grid, f"indexed with {num_blocks} routing blocks of {block_m} rows ({launch.rows_per_cta} per CTA)")
     ints = dict(num_routes=m * top_k, n=n, k=k, top_k=top_k, num_experts=problem.num_experts, block_m=block_m,
                 num_blocks=num_blocks, ctas_per_block=launch.ctas_per_block(problem), sorted_len=sorted_len)
     int_values = tuple(ints.get(name, 0) for name in _INTS)
@@ -242,6 +253,7 @@ def _grouped_plan(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
         ints.update(ctas_per_block=-(-max_m // tile), max_m=max_m)
         grid_y = e * ints["ctas_per_block"]
     grid = (-(-n // launch.cols_per_cta), grid_y, 1)
+    _check_grid(grid, f"{routing_name} over {rows} rows of a in tiles of {tile} rows ({e} experts)")
     int_values = tuple(ints.get(name, 0) for name in _INTS)
     lda = None if flat_copy else a2.stride(0)
     return kernel, launch, grid, (launch.spec.threads, 1, 1), lda, _ROUTE_SLOT[routing_name], int_values, device_index
