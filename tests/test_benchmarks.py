@@ -594,3 +594,22 @@ def test_update_doc_replaces_marker_lines_not_quoted_markers(tmp_path):
     text = doc.read_text()
     assert text.startswith("intro: between `<!-- bench-grouped:begin -->` and `<!-- bench-grouped:end -->`.")
     assert "\n<!-- bench-grouped:begin -->\nnew\n<!-- bench-grouped:end -->\ntail\n" in text and "old" not in text
+
+
+def test_sweep_table_columns_and_sums(tmp_path):
+    """benchmarks.sweep_table: one column per config file, per-projection rows and their sums;
+    failed checks shown instead of a time."""
+    import json
+
+    from benchmarks import sweep_table
+
+    def rec(proj, us, check="ok"):
+        return {"scenario": "ep8", "dist": "uniform", "tokens": 2048, "proj": proj, "us": us, "check": check,
+                "config": f"cfg-{proj}"}
+
+    (tmp_path / "sweep_a.json").write_text(json.dumps({"points": [rec("gate_up", 10.0), rec("down", 5.0)]}))
+    (tmp_path / "sweep_b.json").write_text(json.dumps({"points": [rec("gate_up", 8.0), rec("down", 1.0, "fail")]}))
+    text = sweep_table.table([tmp_path / "sweep_a.json", tmp_path / "sweep_b.json"])
+    assert "| scn | dist | T | proj | a | b |" in text
+    assert "| ep8 | uniform | 2048 | down | 5.0 | fail |" in text
+    assert "| ep8 | uniform | 2048 | **sum** | 15.0 | 8.0 |" in text
