@@ -350,6 +350,16 @@ def update_doc(doc: Path, block: str, begin: str = BEGIN, end: str = END) -> Non
 # ---------------------------------------------------------------------------------------
 
 
+def save_figure(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot(rows: list[dict], plot_dir: Path, run: dict[str, str]) -> list[Path]:
     """docs/performance_<scenario>.png: sum latency vs T, log-log, Chord and Humming on the same
     axes plus the larger floor, one panel per router distribution. [] without matplotlib."""
@@ -384,12 +394,7 @@ def plot(rows: list[dict], plot_dir: Path, run: dict[str, str]) -> list[Path]:
             ax.grid(True, which="both", alpha=0.3)
             ax.legend()
         fig.suptitle(f"Chord vs {PEER}, {run.get('gpu', '')}, {run['date']}, {run['commit']}")
-        fig.tight_layout()
-        path = plot_dir / f"performance_{scenario}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save_figure(fig, plot_dir / f"performance_{scenario}.png"))
     return paths
 
 
@@ -470,12 +475,7 @@ def plot_grouped(rows: list[dict], plot_dir: Path, run: dict[str, str]) -> list[
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=8)
         fig.suptitle(f"Chord vs {PEER}, grouped family, {run.get('gpu', '')}, {run['date']}, {run['commit']}")
-        fig.tight_layout()
-        path = plot_dir / f"performance_grouped_{scenario}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save_figure(fig, plot_dir / f"performance_grouped_{scenario}.png"))
     return paths
 
 

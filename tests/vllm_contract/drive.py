@@ -452,6 +452,25 @@ def _rel(a, b):
     return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-9)).item()
 
 
+def grouped_contiguous_calls(experts, layer, buffers, x, offsets, inv_perm, valid_shape_m, act, num_valid_first):
+    """vLLM's grouped_contiguous sequence (HummingGroupedExperts.apply): process_input + forward
+    for w13 (scattered by inv_perm), then for w2 on the activated gate_up rows."""
+    inputs, s1, s2 = experts.process_input("w13", inputs=x, input_scale=None,
+                                           quanted_input=buffers.get("quanted_gate_up_input"),
+                                           scatter_idx=inv_perm, num_valid_tokens=num_valid_first)
+    experts.humming_forward("w13", inputs=inputs, weight=layer.w13_weight, input_scale=s1, input_scale_2=s2,
+                            outputs=buffers["gate_up_output"], valid_shape_m=valid_shape_m,
+                            expert_layout=offsets, compute_config=experts.compute_config_str,
+                            tuning_config=experts.w13_tuning_config_str)
+    inputs, s1, s2 = experts.process_input("w2", inputs=buffers["gate_up_output"],
+                                           quanted_input=buffers["quanted_down_input"], activation=act,
+                                           num_valid_tokens=offsets[-1:])
+    experts.humming_forward("w2", inputs=inputs, weight=layer.w2_weight, input_scale=s1, input_scale_2=s2,
+                            outputs=buffers["down_output"], valid_shape_m=valid_shape_m,
+                            expert_layout=offsets, compute_config=experts.compute_config_str,
+                            tuning_config=experts.w2_tuning_config_str)
+
+
 def forward_check(experts, layer, dense, gt, act, fh):
     """vLLM's experts.apply() body for the chosen gemm type, step for step, with vLLM's workspace
     buffers (prepare_buffers) and the experts object's own process_input / humming_forward; only
@@ -555,20 +574,8 @@ def forward_check(experts, layer, dense, gt, act, fh):
             valid_shape_m = experts.estimate_local_valid_shape_m(topk_ids)
             offsets, inv_perm = routing.contiguous_offsets(topk_ids, E, None)  # moe_prepare_scatter's outputs
             out["routing"] = "chord_kernels.routing.contiguous_offsets (moe_prepare_scatter is a CUDA op)"
-            inputs, s1, s2 = experts.process_input("w13", inputs=x, input_scale=None,
-                                                   quanted_input=buffers.get("quanted_gate_up_input"),
-                                                   scatter_idx=inv_perm, num_valid_tokens=None)
-            experts.humming_forward("w13", inputs=inputs, weight=layer.w13_weight, input_scale=s1, input_scale_2=s2,
-                                    outputs=buffers["gate_up_output"], valid_shape_m=valid_shape_m,
-                                    expert_layout=offsets, compute_config=experts.compute_config_str,
-                                    tuning_config=experts.w13_tuning_config_str)
-            inputs, s1, s2 = experts.process_input("w2", inputs=buffers["gate_up_output"],
-                                                   quanted_input=buffers["quanted_down_input"], activation=act,
-                                                   num_valid_tokens=offsets[-1:])
-            experts.humming_forward("w2", inputs=inputs, weight=layer.w2_weight, input_scale=s1, input_scale_2=s2,
-                                    outputs=buffers["down_output"], valid_shape_m=valid_shape_m,
-                                    expert_layout=offsets, compute_config=experts.compute_config_str,
-                                    tuning_config=experts.w2_tuning_config_str)
+            grouped_contiguous_calls(experts, layer, buffers, x, offsets, inv_perm, valid_shape_m, act,
+                                     num_valid_first=None)
             # moe_unpermute (CUDA): row inv_perm[t, k] of down_output belongs to route (t, k).
             perm = inv_perm.reshape(m, TOP_K).long()
             down = buffers["down_output"].view(-1, H)[perm]
@@ -734,20 +741,8 @@ def rank_forward(experts, layer, x, topk_ids, topk_w, act):
         else:
             assert gt == GemmType.GROUPED_CONTIGUOUS, gt
             offsets, inv_perm = routing.contiguous_offsets(topk_ids, e_local, expert_map)
-            inputs, s1, s2 = experts.process_input("w13", inputs=x, input_scale=None,
-                                                   quanted_input=buffers.get("quanted_gate_up_input"),
-                                                   scatter_idx=inv_perm, num_valid_tokens=offsets[-1:])
-            experts.humming_forward("w13", inputs=inputs, weight=layer.w13_weight, input_scale=s1, input_scale_2=s2,
-                                    outputs=buffers["gate_up_output"], valid_shape_m=valid_shape_m,
-                                    expert_layout=offsets, compute_config=experts.compute_config_str,
-                                    tuning_config=experts.w13_tuning_config_str)
-            inputs, s1, s2 = experts.process_input("w2", inputs=buffers["gate_up_output"],
-                                                   quanted_input=buffers["quanted_down_input"], activation=act,
-                                                   num_valid_tokens=offsets[-1:])
-            experts.humming_forward("w2", inputs=inputs, weight=layer.w2_weight, input_scale=s1, input_scale_2=s2,
-                                    outputs=buffers["down_output"], valid_shape_m=valid_shape_m,
-                                    expert_layout=offsets, compute_config=experts.compute_config_str,
-                                    tuning_config=experts.w2_tuning_config_str)
+            grouped_contiguous_calls(experts, layer, buffers, x, offsets, inv_perm, valid_shape_m, act,
+                                     num_valid_first=offsets[-1:])
             perm = inv_perm.reshape(m, TOP_K).long()  # moe_unpermute: -1 = a route to another rank
             down = buffers["down_output"].view(-1, H)[perm.clamp_min(0)].float() * (perm >= 0)[..., None]
     return (down * topk_w[..., None]).sum(1), gt.value
