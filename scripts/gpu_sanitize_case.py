@@ -1,5 +1,5 @@
 """Small indexed launches for compute-sanitizer (memcheck / racecheck) on the GPU machine:
-every kernel family, both activation-stage widths, a garbage routing tail; the wgmma tile with
+every kernel family (the stream-K schedule with tiles split over CTAs), both activation-stage widths, a garbage routing tail; the wgmma tile with
 a ragged 64- and 128-row block, and N narrower than its 256-column tile."""
 
 import os
@@ -9,6 +9,8 @@ from chord_kernels import indexed, layouts, routing
 
 g = torch.Generator().manual_seed(0)
 CASES = {"mma": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
+         # stream-K: many tiles per CTA; a few long-K tiles each split over many CTAs (the fix-up)
+         "mma_sk": ((8, 64, 256, 5, 2, 8), (4, 160, 320, 9, 2, 16), (3, 512, 2048, 2, 8, 8)),
          "simple": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
          # (WM, BN) = (1, 64), (2, 128), (1, 64), (2, 64), (1, 128); K = 640 wraps the 6-slot ring
          "wgmma": ((4, 160, 320, 50, 2, 64), (3, 512, 256, 90, 2, 128), (2, 128, 192, 7, 1, 64),

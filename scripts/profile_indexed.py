@@ -10,28 +10,30 @@ import sys
 import torch
 from chord_kernels import dispatch, indexed, layouts, routing
 
-CASES = {  # name: (N, K, top_k as the kernel sees it, T)
-    "ep8_gate_up_T8": (4096, 7168, 8, 8),
-    "ep8_gate_up_T512": (4096, 7168, 8, 512),
-    "ep8_gate_up_T2048": (4096, 7168, 8, 2048),  # the wgmma prefill tile
-    "ep8_down_T8": (7168, 2048, 1, 8),
+CASES = {  # name: (N, K, top_k as the kernel sees it, T, local experts)
+    "ep8_gate_up_T8": (4096, 7168, 8, 8, 48),
+    "ep8_gate_up_T512": (4096, 7168, 8, 512, 48),
+    "ep8_gate_up_T2048": (4096, 7168, 8, 2048, 48),  # the wgmma prefill tile
+    "ep8_down_T8": (7168, 2048, 1, 8, 48),
+    "tp8_gate_up_T128": (512, 7168, 8, 128, 384),  # TP8: T tokens, every expert local
+    "tp8_down_T128": (7168, 256, 1, 128, 384),
 }
 
 
 def run(name: str) -> None:
-    n, k, top_k, t = CASES[name]
+    n, k, top_k, t, local = CASES[name]
     g = torch.Generator(device="cuda").manual_seed(0)
-    codes = torch.randint(0, 16, (48, n, k), generator=g, device="cuda", dtype=torch.uint8)
-    scale = (torch.rand(48, n, k // 32, generator=g, device="cuda") * 0.02 + 1e-3).to(torch.bfloat16)
+    codes = torch.randint(0, 16, (local, n, k), generator=g, device="cuda", dtype=torch.uint8)
+    scale = (torch.rand(local, n, k // 32, generator=g, device="cuda") * 0.02 + 1e-3).to(torch.bfloat16)
     packed = layouts.pack_w4a16(codes, scale, "indexed")
     del codes
-    tokens = 8 * t
+    tokens = 8 * t if local < 384 else t  # EP8: 8·T tokens over all ranks, the local pairs kept
     topk = torch.rand(tokens, 384, generator=g, device="cuda").topk(8).indices.to(torch.int32)
     expert_map = torch.full((384,), -1, dtype=torch.int32, device="cuda")
-    expert_map[:48] = torch.arange(48, dtype=torch.int32, device="cuda")
+    expert_map[:local] = torch.arange(local, dtype=torch.int32, device="cuda")
     m = tokens if top_k == 8 else tokens * 8
     a = torch.randn(m, k, generator=g, device="cuda").to(torch.bfloat16)
-    block_m = dispatch.indexed_block_m(-(-tokens * 8 * 48 // 384), 48)
+    block_m = dispatch.indexed_block_m(-(-tokens * 8 * local // 384), local)
     sorted_ids, expert_ids, ntp = routing.moe_align_block_size(topk, block_m, 384, expert_map)
     out = indexed(a, packed, sorted_ids, expert_ids, ntp, top_k, block_m)  # compile + load
     torch.cuda.synchronize()

@@ -11,7 +11,7 @@ from chord_kernels.dispatch import IndexedProblem
     [
         (4096, 7168, 8, {"NT": 2, "TT": 1, "STAGE_K": 256}),  # EP8 gate_up decode
         (7168, 2048, 16, {"NT": 2, "TT": 2, "STAGE_K": 256}),  # EP8 down
-        (512, 7168, 16, {"NT": 1, "TT": 2, "STAGE_K": 256}),  # TP8 gate_up: narrow N, more CTAs
+        (512, 7168, 16, {"NT": 2, "TT": 2, "STAGE_K": 256}),  # TP8 gate_up: stream-K keeps 2 tiles a warp
         (7168, 256, 32, {"NT": 4, "TT": 4, "STAGE_K": 128}),  # TP8 down, mid batch
         (160, 320, 5, {"NT": 1, "TT": 1, "STAGE_K": 64}),  # not Kimi: K only a multiple of 64
         (7168, 256, 64, {"NT": 4, "TT": 8, "STAGE_K": 128}),  # TP8 down prefill: short K stays on mma
@@ -20,7 +20,9 @@ from chord_kernels.dispatch import IndexedProblem
 )
 def test_indexed_choice(n, k, block_m, want):
     launch = dispatch.select_indexed(IndexedProblem(n, k, 8, 8, block_m))
-    assert launch.spec.family == "indexed_mma"
+    # Decode and mid-batch blocks (up to 32 rows) run the same tile on the stream-K schedule.
+    assert launch.spec.family == ("indexed_mma_sk" if block_m <= 32 else "indexed_mma")
+    assert launch.persistent == (block_m <= 32)
     assert {key: launch.spec.config[key] for key in want} == want
     assert launch.rows_per_cta == 8 * want["TT"] and launch.cols_per_cta == 64 * want["NT"]
     assert launch.ctas_per_block(IndexedProblem(n, k, 8, 8, block_m)) == -(-block_m // launch.rows_per_cta)
@@ -70,11 +72,25 @@ def test_smem_bytes_mirror_the_kernel_struct():
     # MmaTile::Smem = STAGES x (weights [4 blocks][4 warps][NT][32 lanes] x 16 B, scales
     # [8 groups][64*NT rows] bf16, activations [64 rows][256+8] bf16) + 2 x 64 int32 row indices.
     launch = dispatch.indexed_mma(nt=1, tt=8, stage_k=256, stages=3)
-    assert launch.smem_bytes == 3 * (4 * 4 * 1 * 32 * 16 + 8 * 64 * 2 + 64 * 264 * 2) + 2 * 64 * 4
+    # Plus, for the stream-K schedule, [STAGES][64] int32 row ids and a flag (padded to 16 B).
+    assert launch.smem_bytes == 3 * (4 * 4 * 1 * 32 * 16 + 8 * 64 * 2 + 64 * 264 * 2 + 64 * 4) + 2 * 64 * 4 + 16
     # The kernel checks it on the device (a trap); the host derives CTAs per SM from it (and
     # from the register estimate).
     assert launch.spec.min_blocks_per_sm == 227 * 1024 // (launch.smem_bytes + 1024)
     assert dispatch.indexed_mma(nt=4, tt=8, stage_k=64).spec.min_blocks_per_sm == 2  # registers bind
+
+
+def test_streamk_launch_is_persistent_with_a_workspace():
+    launch = dispatch.select_indexed(IndexedProblem(4096, 7168, 48, 8, 8))
+    assert launch.spec.config == {"NT": 2, "TT": 1, "STAGE_K": 256, "STAGES": 3}
+    # each resident CTA owns two partial slots of 128 threads x NT*TT*4 floats
+    assert launch.persistent and launch.partial_floats == 2 * 128 * 2 * 1 * 4
+    # a thread gathers one tile row: tiles of 24 rows round up to 32 (TT 4)
+    odd = dispatch.select_indexed(IndexedProblem(1024, 2048, 8, 8, 24), family="mma_sk")
+    assert odd.spec.config["TT"] == 4
+    with pytest.raises(ValueError, match="TT 1, 2, 4 or 8"):
+        dispatch.indexed_mma_streamk(1, 3, 256)
+    assert not dispatch.select_indexed(IndexedProblem(7168, 256, 48, 8, 64)).persistent  # short K, 64 rows
 
 
 def test_family_override_and_bad_value():
@@ -90,7 +106,7 @@ def test_print_configs_reports_each_choice_once(monkeypatch, capsys):
     dispatch.select_indexed(problem)
     dispatch.select_indexed(problem)
     err = capsys.readouterr().err
-    assert err.count("[chord] IndexedProblem(n=1024, k=2048") == 1 and "indexed_mma[NT=1, TT=3" in err
+    assert err.count("[chord] IndexedProblem(n=1024, k=2048") == 1 and "indexed_mma_sk[NT=2, TT=4" in err
 
 
 def test_profiles_cover_the_heuristic():
@@ -100,7 +116,7 @@ def test_profiles_cover_the_heuristic():
     for name in ("h200_ep8", "h200_tp8"):
         assert {s.symbol for s in profile_specs(name)} <= reachable
     symbols = {s.symbol for s in all_default_specs()}
-    assert {"chord_indexed_mma_NT4_TT8_STAGE_K128_STAGES3", "chord_indexed_mma_NT1_TT1_STAGE_K256_STAGES3",
+    assert {"chord_indexed_mma_NT4_TT8_STAGE_K128_STAGES3", "chord_indexed_mma_sk_NT2_TT1_STAGE_K256_STAGES3",
             "chord_indexed_simple_BLOCK_K64", "chord_indexed_wgmma_WM2_BN128_STAGES6",
             "chord_indexed_wgmma_WM2_BN64_STAGES6"} <= symbols
     ep8 = {s.symbol for s in profile_specs("h200_ep8")}
@@ -143,12 +159,14 @@ def test_grouped_choice(routing, rows, want):
     block_k = 128 if routing == "masked" else 64
     launch = dispatch.select_grouped(GroupedProblem(routing, 4096, 7168, 48, rows, block_k))
     cfg = launch.spec.config
-    # The same tile rule as indexed: wgmma from 64-row tiles on deep K (prefill), mma below.
-    assert launch.spec.family == ("grouped_wgmma" if "WM" in want else "grouped_mma")
+    # The same tile rule as indexed: wgmma from 64-row tiles on deep K (prefill), the mma tile on
+    # the stream-K schedule up to 32 rows (decode, mid batch).
+    assert launch.spec.family == ("grouped_wgmma" if "WM" in want else "grouped_mma_sk")
+    assert launch.persistent == (launch.spec.family == "grouped_mma_sk")
     assert {key: cfg[key] for key in want} == want and cfg["BLOCK_K"] == block_k
     assert cfg["ROUTING"] == dispatch.GROUPED_ROUTINGS[routing]
     assert 128 % launch.rows_per_cta == 0  # a tile never straddles a 128-aligned segment
     short_k = dispatch.select_grouped(GroupedProblem(routing, 7168, 256, 384, rows, 64 if block_k == 64 else 128))
-    assert short_k.spec.family == "grouped_mma"
+    assert short_k.spec.family == ("grouped_mma" if rows > 32 else "grouped_mma_sk")
     with pytest.raises(ValueError, match="unknown grouped routing"):
         dispatch.select_grouped(GroupedProblem("sorted", 4096, 7168, 48, rows, block_k))

@@ -14,6 +14,8 @@ def stub_device(monkeypatch):
     monkeypatch.setattr(ops, "kernel_arch", lambda index: "sm_90a")
     monkeypatch.setattr(ops, "_load", lambda launch, device: loaded.append(launch.spec) or "kernel")
     monkeypatch.setattr(ops, "_device_index", lambda device: 0)
+    monkeypatch.setattr(ops, "_resident_ctas", lambda kernel, launch, device: 3 * launch.spec.min_blocks_per_sm)
+    monkeypatch.setattr(ops, "_streamk_buffers", {})
     return loaded
 
 
@@ -30,7 +32,8 @@ def _problem(e=4, n=64, k=256, tokens=3, top_k=2, block_m=8):
 
 def test_indexed_plan_values(stub_device):
     a, packed, sorted_ids, expert_ids, ntp, out = _problem()
-    kernel, launch, grid, block, ints, device = ops._indexed_plan(a, packed, sorted_ids, expert_ids, ntp, 2, 8, out, "mma", "")
+    kernel, launch, grid, block, ints, scratch, device = ops._indexed_plan(a, packed, sorted_ids, expert_ids, ntp, 2, 8,
+                                                                           out, "mma", "")
     assert kernel == "kernel" and stub_device == [launch.spec] and device == 0
     want = dispatch.choose_indexed_mma(dispatch.IndexedProblem(64, 256, 4, 2, 8))
     assert launch.spec == want.spec and block == (128, 1, 1)
@@ -39,6 +42,21 @@ def test_indexed_plan_values(stub_device):
     assert fields == {"num_routes": 6, "n": 64, "k": 256, "top_k": 2, "num_experts": 4, "block_m": 8,
                       "num_blocks": expert_ids.numel(), "ctas_per_block": 1, "sorted_len": sorted_ids.numel(),
                       "max_m": 0}
+    assert scratch == (0, 0)  # one CTA per tile: no stream-K workspace
+
+
+def test_indexed_streamk_plan_is_persistent_with_scratch(stub_device):
+    a, packed, sorted_ids, expert_ids, ntp, out = _problem()
+    plan = ops._indexed_plan(a, packed, sorted_ids, expert_ids, ntp, 2, 8, out, "mma_sk", "")
+    launch, grid, scratch = plan[1], plan[2], plan[5]
+    assert launch.spec.family == "indexed_mma_sk" and grid == (3 * launch.spec.min_blocks_per_sm, 1, 1)
+    workspace, locks = ops._streamk_buffers[0][-1]
+    assert scratch == (workspace.data_ptr(), locks.data_ptr())
+    assert workspace.numel() >= grid[0] * launch.partial_floats and locks.numel() >= grid[0]
+    assert not locks.any()  # the kernels rely on zeroed locks
+    # a second plan needing no more reuses the buffers; the kept ones are never freed
+    again = ops._indexed_plan(a, packed, sorted_ids, expert_ids, ntp, 2, 8, out, "mma_sk", "")
+    assert again[5] == scratch and len(ops._streamk_buffers[0]) == 1
 
 
 def test_indexed_plan_rejects_bad_signatures(stub_device):
@@ -54,11 +72,13 @@ def test_indexed_plan_rejects_bad_signatures(stub_device):
 
 
 def test_params_struct_layout():
-    # Mirrors csrc/common/moe_params.cuh's static_asserts: 136 bytes, lda at 80, num_routes at 96.
-    assert ops.MOE_PARAMS.size == 136
-    raw = ops.MOE_PARAMS.pack(*range(1, 11), 111, 222, *range(301, 311))
+    # Mirrors csrc/common/moe_params.cuh's static_asserts: 152 bytes, lda at 80, num_routes at 96,
+    # the stream-K workspace pointer at 136.
+    assert ops.MOE_PARAMS.size == 152
+    raw = ops.MOE_PARAMS.pack(*range(1, 11), 111, 222, *range(301, 311), 401, 402)
     assert struct.unpack_from("@q", raw, 80)[0] == 111 and struct.unpack_from("@i", raw, 96)[0] == 301
-    assert struct.unpack_from("@i", raw, 96 + 4 * 9)[0] == 310  # max_m is the last field
+    assert struct.unpack_from("@i", raw, 96 + 4 * 9)[0] == 310  # max_m is the last int field
+    assert struct.unpack_from("@2P", raw, 136) == (401, 402)  # workspace, locks
 
 
 def test_cpu_grouped_paths_write_only_valid_rows():
@@ -102,7 +122,8 @@ def test_indexed_launch_path_packs_and_launches_once_per_signature(stub_device, 
     assert fields[:7] == (a.data_ptr(), packed.qweight.data_ptr(), packed.scale.data_ptr(), out.data_ptr(),
                           sorted_ids.data_ptr(), expert_ids.data_ptr(), ntp.data_ptr())
     assert fields[7:10] == (0, 0, 0) and fields[10:12] == (a.stride(0), out.stride(0)) and stream == 77
-    assert fields[12:] == ops._indexed_plans[next(iter(ops._indexed_plans))][4]
+    plan = ops._indexed_plans[next(iter(ops._indexed_plans))]
+    assert fields[12:22] == plan[4] and fields[22:] == plan[5]  # ints, then the stream-K scratch
     ops._indexed_cuda(a[:2], packed, sorted_ids, expert_ids, ntp, 2, 8, out)  # a new signature
     assert len(stub_device) == 2
     ops._indexed_plans.clear()
@@ -162,15 +183,16 @@ def test_grouped_launch_path_resolves_once_per_signature(grouped_stub, routing_n
     assert ptrs[slot_name] == route.data_ptr()
     assert all(v == 0 for name, v in ptrs.items() if name not in ("a", "qweight", "scale", "out", slot_name))
     assert fields[10:12] == (a.stride(0), out.stride(0)) and stream == 77
-    ints = dict(zip(ops._INTS, fields[12:], strict=True))
+    ints = dict(zip(ops._INTS, fields[12:22], strict=True))
     problem = grouped_stub["select"][0]
     launch = dispatch.select_grouped(problem)
     tile = launch.rows_per_cta
     assert (ints["num_routes"], ints["n"], ints["k"], ints["num_experts"]) == (24, 64, 256, 4)
     assert problem == dispatch.GroupedProblem(routing_name, 64, 256, 4, 6, packed.block_k)  # 24 rows / 4 = hint 6
-    grid_y = {"contiguous": -(-24 // tile), "contiguous_offsets": -(-24 // tile) + 4,
-              "masked": 4 * -(-6 // tile)}[routing_name]
-    assert grid == (-(-64 // launch.cols_per_cta), grid_y, 1) and block == (launch.spec.threads, 1, 1)
+    # 6 rows per expert: the stream-K schedule, every resident CTA (3 SMs here), with scratch
+    assert launch.persistent and grid == (3 * launch.spec.min_blocks_per_sm, 1, 1)
+    workspace, locks = ops._streamk_buffers[0][-1]
+    assert fields[22:] == (workspace.data_ptr(), locks.data_ptr()) and block == (launch.spec.threads, 1, 1)
     if routing_name == "masked":
         assert (ints["max_m"], ints["ctas_per_block"]) == (6, -(-6 // tile))
     else:
@@ -243,9 +265,18 @@ def test_grids_past_cuda_limit_are_a_clear_error(grouped_stub):
     """Row tiles map to grid y (at most 65535): a buffer too tall for its tile size raises before
     any launch instead of failing in the driver."""
     packed, _, _ = _grouped_problem("contiguous", k=64)
-    a = torch.empty(8 * 65535, 64, dtype=torch.bfloat16)  # 8-row tiles (expected_m 1): 65535 + E tiles
+    a = torch.empty(64 * 65535, 64, dtype=torch.bfloat16)  # 64-row tiles (expected_m 40): 65535 + E tiles
     out = torch.empty(a.shape[0], packed.n, dtype=torch.bfloat16)
     offsets = torch.tensor([0, 1, 2, 3, 4])
-    with pytest.raises(ValueError, match="contiguous_offsets over 524280 rows .* grid y, over CUDA's 65535"):
-        ops._grouped_cuda("contiguous_offsets", a, packed, offsets, out, 1)
+    with pytest.raises(ValueError, match="contiguous_offsets over 4194240 rows .* grid y, over CUDA's 65535"):
+        ops._grouped_cuda("contiguous_offsets", a, packed, offsets, out, 40)
     assert not grouped_stub["launches"]
+
+
+def test_streamk_iteration_count_past_int32_is_a_clear_error(stub_device):
+    """The stream-K kernels count (row tile, column tile, K stage) iterations in int32."""
+    launch = dispatch.indexed_mma_streamk(2, 1, 256)
+    with pytest.raises(ValueError, match="stream-K iterations, over 2.31"):
+        ops._launch_grid("kernel", launch, torch.device("cpu"), 7168, (56, 2**21, 1), "indexed")
+    grid, scratch = ops._launch_grid("kernel", launch, torch.device("cpu"), 7168, (56, 1000, 1), "indexed")
+    assert grid == (3 * launch.spec.min_blocks_per_sm, 1, 1) and scratch != (0, 0)

@@ -39,10 +39,13 @@ struct MoeParams {
   int32_t ctas_per_block;  // indexed: CTAs per routing block; masked: CTAs per expert
   int32_t sorted_len;      // indexed: entries of sorted_ids that may be read
   int32_t max_m;           // masked: rows reserved per expert
+  float* workspace;        // stream-K: FP32 partials, [grid CTAs][2][threads][accumulators]
+  int32_t* locks;          // stream-K: [grid CTAs] zeros; every launch leaves them zero
 };
 // The host packs this struct by hand: keep them in step.
-static_assert(sizeof(MoeParams) == 136, "MoeParams layout changed: update chord_kernels/ops.py");
-static_assert(offsetof(MoeParams, lda) == 80 && offsetof(MoeParams, num_routes) == 96,
+static_assert(sizeof(MoeParams) == 152, "MoeParams layout changed: update chord_kernels/ops.py");
+static_assert(offsetof(MoeParams, lda) == 80 && offsetof(MoeParams, num_routes) == 96 &&
+                  offsetof(MoeParams, workspace) == 136,
               "MoeParams layout changed: update chord_kernels/ops.py");
 
 }  // namespace chord

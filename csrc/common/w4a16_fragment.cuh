@@ -37,6 +37,14 @@ __device__ __forceinline__ int64_t fragment_chunk_word(int expert, int n_tile, i
          (sub % kSubsPerBlock) * 4;
 }
 
+// Int32 words from a lane's chunk of sub-block 0 to its chunk of sub-block `sub` (same lane,
+// n-tile and expert): whole BLOCK_K blocks of 32 lanes, then 4 words per sub-block inside one.
+template <int BLOCK_K>
+__device__ __forceinline__ int fragment_sub_offset(int sub) {
+  constexpr int kSubsPerBlock = BLOCK_K / 64;
+  return (sub / kSubsPerBlock) * 32 * (BLOCK_K / kTile) + (sub % kSubsPerBlock) * 4;
+}
+
 // Position inside the 16x16 tile of the code held in nibble j of lane's word.
 struct FragmentPos {
   int row;
@@ -58,6 +66,14 @@ __device__ __forceinline__ __nv_bfloat16 dequantize_code(uint32_t code, float sc
   return __float2bfloat16_rn(static_cast<float>(static_cast<int>(code) - kCodeOffset) * scale);
 }
 
+// (w & 0x000F000F) | 0x43004300 as one LOP3: ptxas left alone emits an AND and an OR (a LOP3
+// takes one 32-bit immediate), a quarter of the decode loop's dequant instructions.
+__device__ __forceinline__ uint32_t nibbles_to_bf16x2(uint32_t w) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(w), "n"(0x000F000F), "r"(0x43004300));  // (a & b) | c
+  return d;
+}
+
 // One fragment word -> the four BF16x2 A registers of mma.m16n8k16, scaled.
 // (w >> 4r) & 0x000F000F holds nibbles r and r+4 = register a_r's pair; OR-ing 0x4300 makes
 // BF16 128+u exactly, subtracting 136 gives u-8 exactly, and one BF16 multiply by the group
@@ -68,7 +84,7 @@ __device__ __forceinline__ void dequantize_fragment(uint32_t word, __nv_bfloat16
   const __nv_bfloat162 bias = __floats2bfloat162_rn(136.f, 136.f);
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
-    uint32_t bits = ((word >> (4 * r)) & 0x000F000Fu) | 0x43004300u;
+    uint32_t bits = nibbles_to_bf16x2(word >> (4 * r));
     __nv_bfloat162 v = __hsub2(*reinterpret_cast<__nv_bfloat162*>(&bits), bias);
     v = __hmul2(v, (r & 1) ? s_hi : s_lo);
     a[r] = *reinterpret_cast<uint32_t*>(&v);

@@ -43,6 +43,11 @@ struct MmaTile {
     __nv_bfloat16 act[STAGES][kTok][kActStride];
     int32_t a_row[kTok];
     int32_t out_row[kTok];
+    // Stream-K schedule only (common/w4a16_mma_streamk.cuh): each ring slot's tile rows (route
+    // ids, -1 = none), written when the slot is loaded, read by the tile's epilogue; and the
+    // CTA's "I finish this split tile" answer.
+    int32_t route[STAGES][kTok];
+    int32_t finisher;
   };
 
   __device__ static Smem& smem() {
@@ -51,38 +56,134 @@ struct MmaTile {
     return *reinterpret_cast<Smem*>(smem_raw);
   }
 
-  // Requires sm.a_row / sm.out_row filled and a barrier after it.
-  __device__ static void run(const MoeParams& p, Smem& sm, int expert) {
+  // Where this thread's weight and scale copies for one (expert, CTA column tile) start: each
+  // lane's 16-byte fragment chunk of K sub-block 0 per n-tile of its warp (it reads them back
+  // itself, so no extra barrier), and its 16-byte chunks of the CTA rows' scales at stage 0.
+  // Built once per tile, so a stage's copies cost an add each (the 64-bit index math of
+  // fragment_chunk_word per copy was a third of the decode loop's instructions).
+  static constexpr int kScaleChunks = kGroupsPerStage * kRows / 8;  // 8 scales each (N % 16 == 0)
+  static constexpr int kScaleCopies = (kScaleChunks + kThreads - 1) / kThreads;
+  struct Sources {
+    const int32_t* w[NT];
+    const __nv_bfloat16* scale[kScaleCopies];
+    int scale_bytes[kScaleCopies];  // 16, or 0: past N or past the chunks (zero-filled)
+  };
+
+  __device__ static Sources sources(const MoeParams& p, int expert, int row0) {
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int n_tiles = p.n / kTile;
-    const int k_blocks = p.k / BLOCK_K;
-    const int k_groups = p.k / kGroupSize;
-    const int num_stages = p.k / STAGE_K;
-    const int row0 = blockIdx.x * kRows;         // first weight row of the CTA
     const int tile0 = row0 / kTile + warp * NT;  // this warp's first n-tile
+    Sources src;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const int tile = min(tile0 + t, n_tiles - 1);  // clamp: tiles past N compute, never store
+      src.w[t] = p.qweight + fragment_chunk_word<BLOCK_K>(expert, tile, 0, lane, n_tiles, p.k / BLOCK_K);
+    }
+#pragma unroll
+    for (int i = 0; i < kScaleCopies; ++i) {
+      const int c = tid + i * kThreads;
+      const int grp = c / (kRows / 8), col = (c % (kRows / 8)) * 8;
+      const bool valid = c < kScaleChunks && row0 + col < p.n;
+      src.scale[i] = p.scale + ((int64_t)expert * (p.k / kGroupSize) + grp) * p.n + (valid ? row0 + col : 0);
+      src.scale_bytes[i] = valid ? 16 : 0;
+    }
+    return src;
+  }
 
+  // Stage s of the weights and scales into ring slot `slot`.
+  __device__ static void load_weights_scales(const MoeParams& p, Smem& sm, int slot, const Sources& src, int s) {
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+#pragma unroll
+    for (int j = 0; j < kSubsPerStage; ++j) {
+      const int offset = fragment_sub_offset<BLOCK_K>(s * kSubsPerStage + j);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) cp_async_16(&sm.w[slot][j][warp][t][lane], src.w[t] + offset, 16);
+    }
+    const int scale_offset = s * kGroupsPerStage * p.n;
+#pragma unroll
+    for (int i = 0; i < kScaleCopies; ++i) {
+      const int c = tid + i * kThreads;
+      if (kScaleChunks % kThreads == 0 || c < kScaleChunks)
+        cp_async_16(&sm.scale[slot][c / (kRows / 8)][(c % (kRows / 8)) * 8], src.scale[i] + scale_offset,
+                    src.scale_bytes[i]);
+    }
+  }
+
+  // acc += this warp's weight rows x the tile's rows over the STAGE_K columns in ring slot `slot`.
+  __device__ static void mma_stage(const Smem& sm, int slot, float (&acc)[NT][TT][4]) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const __nv_bfloat16(*act)[kActStride] = sm.act[slot];
+#pragma unroll
+    for (int j = 0; j < kSubsPerStage; ++j) {
+      uint4 w[NT];
+      __nv_bfloat162 s_lo[NT][2], s_hi[NT][2];  // per tile and scale group: rows g and g+8
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        w[t] = sm.w[slot][j][warp][t][lane];
+        const int r = (warp * NT + t) * kTile + lane / 4;
+#pragma unroll
+        for (int grp = 0; grp < 2; ++grp) {
+          s_lo[t][grp] = __bfloat162bfloat162(sm.scale[slot][j * 2 + grp][r]);
+          s_hi[t][grp] = __bfloat162bfloat162(sm.scale[slot][j * 2 + grp][r + 8]);
+        }
+      }
+#pragma unroll
+      for (int kp = 0; kp < 2; ++kp) {  // pairs of 16-wide k tiles: one ldmatrix.x4 per 8 rows
+        uint32_t b[TT][4];  // b[tt][0..1]: k tile 2*kp, b[tt][2..3]: k tile 2*kp+1
+#pragma unroll
+        for (int tt = 0; tt < TT; ++tt) {
+          const int quad = lane / 8;  // matrix this lane addresses: (tile, k half) of the pair
+          ldmatrix_x4(b[tt], &act[tt * 8 + lane % 8][j * kSubK + (2 * kp + quad / 2) * kTile + (quad % 2) * 8]);
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int kt = 2 * kp + h;
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            const uint32_t word = kt == 0 ? w[t].x : kt == 1 ? w[t].y : kt == 2 ? w[t].z : w[t].w;
+            uint32_t afrag[4];
+            dequantize_fragment(word, s_lo[t][kp], s_hi[t][kp], afrag);
+#pragma unroll
+            for (int tt = 0; tt < TT; ++tt) mma_m16n8k16_bf16(acc[t][tt], afrag, b[tt][2 * h], b[tt][2 * h + 1]);
+          }
+        }
+      }
+    }
+  }
+
+  // out[out_rows[i], row0 + this warp's columns] = acc, rows -1 skipped. D fragment: d0,d1 =
+  // weight row g, tile rows 2q, 2q+1; d2,d3 = weight row g+8.
+  __device__ static void store(const MoeParams& p, const float (&acc)[NT][TT][4], int row0, const int32_t* out_rows) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int n_tiles = p.n / kTile;
+    const int tile0 = row0 / kTile + warp * NT;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const int tile = tile0 + t;
+      if (tile >= n_tiles) continue;
+      const int col = tile * kTile + lane / 4;
+#pragma unroll
+      for (int tt = 0; tt < TT; ++tt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int out_row = out_rows[tt * 8 + 2 * (lane % 4) + (i & 1)];
+          if (out_row >= 0) p.out[(int64_t)out_row * p.ldc + col + 8 * (i >> 1)] = __float2bfloat16_rn(acc[t][tt][i]);
+        }
+      }
+    }
+  }
+
+  // One tile, non-persistent: requires sm.a_row / sm.out_row filled and a barrier after it.
+  __device__ static void run(const MoeParams& p, Smem& sm, int expert) {
+    const int tid = threadIdx.x;
+    const int num_stages = p.k / STAGE_K;
+    const int row0 = blockIdx.x * kRows;  // first weight row of the CTA
+
+    const Sources src = sources(p, expert, row0);
     auto load_stage = [&](int s) {
       if (s < num_stages) {
         const int slot = s % STAGES;
-        // Weights: each lane fetches (and later reads back) its own 16-byte fragment chunks.
-#pragma unroll
-        for (int j = 0; j < kSubsPerStage; ++j) {
-#pragma unroll
-          for (int t = 0; t < NT; ++t) {
-            const int tile = min(tile0 + t, n_tiles - 1);  // clamp: tiles past N compute, never store
-            cp_async_16(&sm.w[slot][j][warp][t][lane],
-                        p.qweight + fragment_chunk_word<BLOCK_K>(expert, tile, s * kSubsPerStage + j, lane, n_tiles, k_blocks), 16);
-          }
-        }
-        // Scales of the CTA's rows for this stage's groups, 8 per 16-byte chunk (N % 16 == 0).
-        constexpr int kScaleChunks = kGroupsPerStage * kRows / 8;
-        for (int c = tid; c < kScaleChunks; c += kThreads) {
-          const int grp = c / (kRows / 8), col = (c % (kRows / 8)) * 8;
-          const bool valid = row0 + col < p.n;
-          const __nv_bfloat16* src =
-              p.scale + ((int64_t)expert * k_groups + s * kGroupsPerStage + grp) * p.n + (valid ? row0 + col : 0);
-          cp_async_16(&sm.scale[slot][grp][col], src, valid ? 16 : 0);
-        }
+        load_weights_scales(p, sm, slot, src, s);
         // Activations: the tile's gathered rows, 16 bytes at a time; missing rows read as zero.
         constexpr int kChunksPerRow = STAGE_K / 8;
         for (int c = tid; c < kTok * kChunksPerRow; c += kThreads) {
@@ -103,62 +204,10 @@ struct MmaTile {
       cp_async_wait<STAGES - 2>();
       __syncthreads();  // stage s landed for everyone; stage s-1's slot is free to refill
       load_stage(s + STAGES - 1);
-      const int slot = s % STAGES;
-      const __nv_bfloat16(*act)[kActStride] = sm.act[slot];
-#pragma unroll
-      for (int j = 0; j < kSubsPerStage; ++j) {
-        uint4 w[NT];
-        __nv_bfloat162 s_lo[NT][2], s_hi[NT][2];  // per tile and scale group: rows g and g+8
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          w[t] = sm.w[slot][j][warp][t][lane];
-          const int r = (warp * NT + t) * kTile + lane / 4;
-#pragma unroll
-          for (int grp = 0; grp < 2; ++grp) {
-            s_lo[t][grp] = __bfloat162bfloat162(sm.scale[slot][j * 2 + grp][r]);
-            s_hi[t][grp] = __bfloat162bfloat162(sm.scale[slot][j * 2 + grp][r + 8]);
-          }
-        }
-#pragma unroll
-        for (int kp = 0; kp < 2; ++kp) {  // pairs of 16-wide k tiles: one ldmatrix.x4 per 8 rows
-          uint32_t b[TT][4];  // b[tt][0..1]: k tile 2*kp, b[tt][2..3]: k tile 2*kp+1
-#pragma unroll
-          for (int tt = 0; tt < TT; ++tt) {
-            const int quad = lane / 8;  // matrix this lane addresses: (tile, k half) of the pair
-            ldmatrix_x4(b[tt], &act[tt * 8 + lane % 8][j * kSubK + (2 * kp + quad / 2) * kTile + (quad % 2) * 8]);
-          }
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int kt = 2 * kp + h;
-#pragma unroll
-            for (int t = 0; t < NT; ++t) {
-              const uint32_t word = kt == 0 ? w[t].x : kt == 1 ? w[t].y : kt == 2 ? w[t].z : w[t].w;
-              uint32_t afrag[4];
-              dequantize_fragment(word, s_lo[t][kp], s_hi[t][kp], afrag);
-#pragma unroll
-              for (int tt = 0; tt < TT; ++tt) mma_m16n8k16_bf16(acc[t][tt], afrag, b[tt][2 * h], b[tt][2 * h + 1]);
-            }
-          }
-        }
-      }
+      mma_stage(sm, s % STAGES, acc);
     }
     cp_async_wait<0>();
-
-    // D fragment: d0,d1 = weight row g, rows 2q, 2q+1 of the tile; d2,d3 = weight row g+8.
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const int tile = tile0 + t;
-      if (tile >= n_tiles) continue;
-      const int col = tile * kTile + lane / 4;
-#pragma unroll
-      for (int tt = 0; tt < TT; ++tt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int out_row = sm.out_row[tt * 8 + 2 * (lane % 4) + (i & 1)];
-          if (out_row >= 0) p.out[(int64_t)out_row * p.ldc + col + 8 * (i >> 1)] = __float2bfloat16_rn(acc[t][tt][i]);
-        }
-      }
-    }
+    store(p, acc, row0, sm.out_row);
   }
 };
 

@@ -6,28 +6,88 @@
 //                      alignment; CTA y takes the y-th tile of the per-expert tile sequence.
 //   kMasked            rows [e*max_m, e*max_m + min(masked_m[e], max_m)) belong to e; rows past
 //                      masked_m are neither read nor written.
-// out[row] = a[row] @ dequant(W[expert])^T (same row in and out). Two tiles, as in the indexed
-// family: GroupedMma (common/w4a16_mma_tile.cuh, up to 64 rows) and GroupedWgmma
+// out[row] = a[row] @ dequant(W[expert])^T (same row in and out). Kernels, as in the indexed
+// family: GroupedMmaStreamK (the mma tile on persistent stream-K CTAs, decode and mid batch),
+// GroupedMma (common/w4a16_mma_tile.cuh, up to 64 rows, one CTA per tile) and GroupedWgmma
 // (common/w4a16_wgmma_tile.cuh, 64 or 128 rows, prefill); BLOCK_K is the packed weight's (64
 // contiguous, 128 masked).
 #pragma once
 
 #include "common/moe_params.cuh"
+#include "common/w4a16_mma_streamk.cuh"
 #include "common/w4a16_mma_tile.cuh"
 #include "common/w4a16_wgmma_tile.cuh"
 
 namespace chord {
+
+// Where an expert's rows sit: [first, first + count) of a and out (offsets and masked forms).
+template <int ROUTING>
+__device__ __forceinline__ void expert_rows(const MoeParams& p, int e, int64_t& first, int64_t& count) {
+  if (ROUTING == kMasked) {
+    first = (int64_t)e * p.max_m;
+    count = max(min(__ldg(p.masked_m + e), p.max_m), 0);
+  } else {
+    first = __ldg(p.expert_offsets + e);
+    count = max(__ldg(p.expert_offsets + e + 1) - first, (int64_t)0);
+  }
+}
+
+// Expert of a row tile and its first row and row count, or expert -1 for no work.
+struct Located {
+  int expert, first, rows;
+};
+
+// The y-th tile of kTok rows in expert order (each expert's rows cut into ceil(count / kTok)
+// tiles), for the offsets and masked forms. Warp-collective: all 32 lanes call it with the same
+// y and get the same answer; y past the last tile finds nothing. The scan takes 32 experts a step.
+template <int ROUTING, int kTok>
+__device__ Located find_tile_in_warp(const MoeParams& p, int y) {
+  const int lane = threadIdx.x % 32;
+  int base = 0;
+  for (int e0 = 0; e0 < p.num_experts; e0 += 32) {
+    const int e = e0 + lane;
+    int64_t first = 0, count = 0;
+    if (e < p.num_experts) expert_rows<ROUTING>(p, e, first, count);
+    const int tiles = (int)((count + kTok - 1) / kTok);
+    int incl = tiles;  // inclusive scan of tile counts over the lanes
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d) incl += v;
+    }
+    const int excl = base + incl - tiles;
+    const unsigned ballot = __ballot_sync(0xffffffffu, tiles > 0 && y >= excl && y < excl + tiles);
+    if (ballot) {
+      const int owner = __ffs(ballot) - 1;
+      const int t = y - __shfl_sync(0xffffffffu, excl, owner);
+      const int64_t start = __shfl_sync(0xffffffffu, first, owner) + (int64_t)t * kTok;
+      const int64_t left = __shfl_sync(0xffffffffu, count, owner) - (int64_t)t * kTok;
+      return {e0 + owner, (int)start, left < kTok ? (int)left : kTok};
+    }
+    base += __shfl_sync(0xffffffffu, incl, 31);
+  }
+  return {-1, 0, 0};
+}
+
+// Tiles of kTok rows over all experts (offsets and masked forms). Warp-collective.
+template <int ROUTING, int kTok>
+__device__ int count_tiles_in_warp(const MoeParams& p) {
+  int total = 0;
+  for (int e = threadIdx.x % 32; e < p.num_experts; e += 32) {
+    int64_t first, count;
+    expert_rows<ROUTING>(p, e, first, count);
+    total += (int)((count + kTok - 1) / kTok);
+  }
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) total += __shfl_xor_sync(0xffffffffu, total, d);
+  return total;
+}
 
 template <int ROUTING, class Tile>
 struct GroupedRows {
   static constexpr int kTok = Tile::kTok;
   static_assert(ROUTING == kContiguousRows || ROUTING == kContiguousOffsets || ROUTING == kMasked,
                 "grouped routing");
-
-  // Expert of the tile and its first row and row count, or expert -1 for a CTA with no work.
-  struct Located {
-    int expert, first, rows;
-  };
 
   // `scratch` (3 ints of the tile's shared memory, rewritten after a barrier by the caller)
   // carries warp 0's answer to the CTA: no static shared memory, so the dynamic ring keeps the
@@ -47,35 +107,10 @@ struct GroupedRows {
       if (first >= count) return {-1, 0, 0};
       return {e, e * p.max_m + first, min(kTok, count - first)};
     }
-    // kContiguousOffsets: warp 0 scans the per-expert tile counts 32 experts at a time.
+    // kContiguousOffsets: warp 0 finds the tile, the CTA reads its answer.
     if (threadIdx.x < 32) {
-      const int lane = threadIdx.x;
-      int base = 0, hit = -1, first = 0, rows = 0;
-      for (int e0 = 0; e0 < p.num_experts && hit < 0; e0 += 32) {
-        const int e = e0 + lane;
-        int64_t lo = 0, hi = 0;
-        if (e < p.num_experts) lo = __ldg(p.expert_offsets + e), hi = __ldg(p.expert_offsets + e + 1);
-        const int tiles = hi > lo ? (int)((hi - lo + kTok - 1) / kTok) : 0;
-        int incl = tiles;  // inclusive scan of tile counts over the lanes
-#pragma unroll
-        for (int d = 1; d < 32; d *= 2) {
-          const int v = __shfl_up_sync(0xffffffffu, incl, d);
-          if (lane >= d) incl += v;
-        }
-        const int excl = base + incl - tiles;
-        const bool mine = tiles > 0 && y >= excl && y < excl + tiles;
-        const unsigned ballot = __ballot_sync(0xffffffffu, mine);
-        if (ballot) {
-          const int owner = __ffs(ballot) - 1;
-          const int t = y - __shfl_sync(0xffffffffu, excl, owner);
-          const int64_t start = __shfl_sync(0xffffffffu, lo, owner) + (int64_t)t * kTok;
-          const int64_t end = __shfl_sync(0xffffffffu, hi, owner);
-          const int64_t left = end - start;
-          hit = e0 + owner, first = (int)start, rows = left < kTok ? (int)left : kTok;
-        }
-        base += __shfl_sync(0xffffffffu, incl, 31);
-      }
-      if (lane == 0) scratch[0] = hit, scratch[1] = first, scratch[2] = rows;
+      const Located at = find_tile_in_warp<ROUTING, kTok>(p, y);
+      if (threadIdx.x == 0) scratch[0] = at.expert, scratch[1] = at.first, scratch[2] = at.rows;
     }
     __syncthreads();
     const Located at{scratch[0], scratch[1], scratch[2]};
@@ -99,6 +134,35 @@ struct GroupedRows {
     Tile::run(p, sm, at.expert);
   }
 };
+
+// The routing's row tiles for the stream-K schedule (common/w4a16_mma_streamk.cuh); a row is the
+// same row of a and out. DeepGEMM form: tile y is rows [y*kTok, (y+1)*kTok), of the expert of its
+// first row (segments are aligned to the tile; rows of other experts, -1 padding, skipped).
+template <int ROUTING>
+struct GroupedRowTiles {
+  template <int kTok>
+  struct Of {
+    __device__ static int count(const MoeParams& p) {
+      if (ROUTING == kContiguousRows) return (p.num_routes + kTok - 1) / kTok;
+      return count_tiles_in_warp<ROUTING, kTok>(p);
+    }
+    __device__ static RowRef fetch(const MoeParams& p, int row_tile, int row) {
+      if (ROUTING == kContiguousRows) {
+        const int first = row_tile * kTok;
+        const int expert = __ldg(p.m_indices + first);
+        const bool mine = first + row < p.num_routes && __ldg(p.m_indices + first + row) == expert;
+        return {expert >= 0 && expert < p.num_experts ? expert : -1, mine ? first + row : -1};
+      }
+      const Located at = find_tile_in_warp<ROUTING, kTok>(p, row_tile);
+      return {at.expert >= 0 && at.expert < p.num_experts ? at.expert : -1, row < at.rows ? at.first + row : -1};
+    }
+    __device__ static int64_t a_row(const MoeParams&, int32_t route) { return route; }
+  };
+};
+
+template <int ROUTING, int NT, int TT, int STAGE_K, int STAGES, int BLOCK_K>
+struct GroupedMmaStreamK
+    : MmaStreamK<NT, TT, STAGE_K, STAGES, BLOCK_K, GroupedRowTiles<ROUTING>::template Of> {};
 
 template <int ROUTING, int NT, int TT, int STAGE_K, int STAGES, int BLOCK_K>
 struct GroupedMma : GroupedRows<ROUTING, MmaTile<NT, TT, STAGE_K, STAGES, BLOCK_K>> {};

@@ -3,12 +3,15 @@
 // out[r, :] = a[r / top_k, :] @ dequant(W[expert_ids[b]])^T for every route r listed in routing
 // block b before num_tokens_padded (read on the device: no host sync, CUDA-graph safe); entries
 // >= num_routes are padding, and buffers may be over-allocated with anything in their tails.
-// A block of up to kTok routes is one tile; larger blocks take ctas_per_block CTAs. Two tiles:
-//   IndexedMma    common/w4a16_mma_tile.cuh, mma.sync, up to 64 rows (decode, mid batch)
-//   IndexedWgmma  common/w4a16_wgmma_tile.cuh, wgmma, 64 or 128 rows (prefill)
+// A block of up to kTok routes is one tile; larger blocks take ctas_per_block tiles. Kernels:
+//   IndexedMma         common/w4a16_mma_tile.cuh, mma.sync, up to 64 rows, one CTA per tile
+//   IndexedMmaStreamK  the same tile on persistent CTAs with stream-K (common/w4a16_mma_streamk.cuh;
+//                      decode: no per-tile pipeline restart, no partly empty last wave)
+//   IndexedWgmma       common/w4a16_wgmma_tile.cuh, wgmma, 64 or 128 rows (prefill)
 #pragma once
 
 #include "common/moe_params.cuh"
+#include "common/w4a16_mma_streamk.cuh"
 #include "common/w4a16_mma_tile.cuh"
 #include "common/w4a16_wgmma_tile.cuh"
 
@@ -37,6 +40,29 @@ struct IndexedRows {
     Tile::run(p, sm, expert);
   }
 };
+
+// The routing's row tiles for the stream-K schedule: every block before num_tokens_padded, cut
+// into ctas_per_block tiles of kTok rows. Out row = route id, activation row = route / top_k.
+template <int kTok>
+struct IndexedRowTiles {
+  __device__ static int count(const MoeParams& p) {
+    const int64_t padded = max(__ldg(p.num_tokens_padded), 0);
+    return (int)min((int64_t)p.num_blocks, (padded + p.block_m - 1) / p.block_m) * p.ctas_per_block;
+  }
+  __device__ static RowRef fetch(const MoeParams& p, int row_tile, int row) {
+    const int block = row_tile / p.ctas_per_block;
+    const int first = block * p.block_m + (row_tile % p.ctas_per_block) * kTok;
+    const int rows = min(min(kTok, (block + 1) * p.block_m - first), p.sorted_len - first);
+    const int expert = __ldg(p.expert_ids + block);
+    const int32_t r = row < rows ? __ldg(p.sorted_ids + first + row) : -1;
+    return {expert >= 0 && expert < p.num_experts ? expert : -1,  // never read outside the weights
+            r >= 0 && r < p.num_routes ? r : -1};
+  }
+  __device__ static int64_t a_row(const MoeParams& p, int32_t route) { return route / p.top_k; }
+};
+
+template <int NT, int TT, int STAGE_K, int STAGES>
+struct IndexedMmaStreamK : MmaStreamK<NT, TT, STAGE_K, STAGES, kIndexedBlockK, IndexedRowTiles> {};
 
 template <int NT, int TT, int STAGE_K, int STAGES>
 struct IndexedMma : IndexedRows<MmaTile<NT, TT, STAGE_K, STAGES, kIndexedBlockK>> {};

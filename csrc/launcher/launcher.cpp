@@ -42,6 +42,7 @@ struct Driver {
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
   CUresult (*cuFuncGetAttribute)(int*, int, CUfunction);
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, size_t);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, CUstream, void**, void**);
   CUresult (*cuGetErrorString)(CUresult, const char**);
@@ -77,6 +78,7 @@ const Driver& driver() {
   resolve(lib, "cuModuleGetFunction", d.cuModuleGetFunction);
   resolve(lib, "cuFuncSetAttribute", d.cuFuncSetAttribute);
   resolve(lib, "cuFuncGetAttribute", d.cuFuncGetAttribute);
+  resolve(lib, "cuOccupancyMaxActiveBlocksPerMultiprocessor", d.cuOccupancyMaxActiveBlocksPerMultiprocessor);
   resolve(lib, "cuLaunchKernel", d.cuLaunchKernel);
   resolve(lib, "cuGetErrorString", d.cuGetErrorString);
   g_driver = d;
@@ -139,6 +141,17 @@ py::dict function_attributes(std::uintptr_t fn_handle) {
   return out;
 }
 
+// CTAs of `fn` one SM holds at once with this block size and dynamic shared memory (what a
+// persistent grid is sized by).
+int max_active_blocks(std::uintptr_t fn_handle, std::uintptr_t ctx_handle, int threads, std::size_t smem) {
+  const Driver& d = driver();
+  check(d.cuCtxSetCurrent(reinterpret_cast<CUcontext>(ctx_handle)), "cuCtxSetCurrent");
+  int blocks = 0;
+  check(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, reinterpret_cast<CUfunction>(fn_handle), threads, smem),
+        "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  return blocks;
+}
+
 // Hot path: no allocation, no Python object creation beyond argument parsing.
 void launch(std::uintptr_t fn_handle, std::uintptr_t ctx_handle, unsigned gx, unsigned gy,
             unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned smem,
@@ -169,6 +182,7 @@ PYBIND11_MODULE(_launcher, m) {
   m.def("load_kernel", &load_kernel, py::arg("image"), py::arg("name"), py::arg("device"),
         py::arg("max_dynamic_smem") = 0);
   m.def("function_attributes", &function_attributes, py::arg("fn"));
+  m.def("max_active_blocks", &max_active_blocks, py::arg("fn"), py::arg("ctx"), py::arg("threads"), py::arg("smem"));
   m.def("launch", &launch, py::arg("fn"), py::arg("ctx"), py::arg("gx"), py::arg("gy"),
         py::arg("gz"), py::arg("bx"), py::arg("by"), py::arg("bz"), py::arg("smem"),
         py::arg("stream"), py::arg("params"));

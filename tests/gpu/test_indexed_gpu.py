@@ -14,7 +14,7 @@ pytestmark = pytest.mark.gpu
 POISON = float("nan")
 
 
-@pytest.fixture(params=["auto", "mma", "wgmma", "simple"], autouse=True)
+@pytest.fixture(params=["auto", "mma_sk", "mma", "wgmma", "simple"], autouse=True)
 def kernel_family(request, monkeypatch):
     """Every test runs on each indexed kernel family (auto = the dispatch's choice per block size;
     the tensor-core tiles forced at every block size; the simple one is the cross-check)."""
@@ -125,6 +125,26 @@ def test_no_host_sync_and_deterministic():
     ids = sorted_ids[: ntp.item()]
     ids = ids[ids < out.shape[0]].long()
     assert torch.equal(out[ids], first[ids])
+
+
+def test_streamk_split_tiles_and_locks_left_zero(kernel_family):
+    """Few long-K tiles spread over every resident CTA (each tile summed from many partials), then
+    many short tiles per CTA; the fix-up locks are zero again after each launch."""
+    from chord_kernels import ops
+
+    if kernel_family != "mma_sk":
+        pytest.skip("stream-K schedule only")
+    for shape, tokens in (("tp8_gate_up", 1), ("ep8_gate_up", 1), ("tp8_down", 20)):
+        problem = make_problem(shape, tokens, seed=31)
+        for block_m in (8, 16):
+            sorted_ids, expert_ids, ntp = align(problem, block_m)
+            out = run_indexed(problem, sorted_ids, expert_ids, ntp, block_m)
+            check_against_reference(problem, out, sorted_ids, expert_ids, ntp, block_m)
+            again = run_indexed(problem, sorted_ids, expert_ids, ntp, block_m)
+            ids = reference_fp32(problem, sorted_ids, expert_ids, ntp, block_m)[0]
+            assert torch.equal(again[ids], out[ids]), "stream-K result changed between runs"
+            locks = ops._streamk_buffers[torch.cuda.current_device()][-1][1]
+            assert not locks.any(), "a launch left a stream-K lock non-zero"
 
 
 def test_cuda_graph_capture_with_routing_changed_between_replays():

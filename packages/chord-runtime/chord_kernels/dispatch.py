@@ -3,7 +3,7 @@
 A *problem* is what the caller's shapes say (N, K, experts, top_k, routing block size); a
 *kernel config* is how Chord runs it (family, tiles, launch shape). ``CHORD_PRINT_CONFIGS=1``
 prints each distinct choice once, to stderr. Overrides for experiments and debugging (the default
-is the heuristic below): ``CHORD_W4A16_INDEXED_KERNEL=auto|mma|wgmma|simple`` forces an indexed
+is the heuristic below): ``CHORD_W4A16_INDEXED_KERNEL=auto|mma_sk|mma|wgmma|simple`` forces an indexed
 kernel family, ``CHORD_W4A16_TUNING="NT=4,STAGES=4"`` overrides the chosen tensor-core kernel's
 config (NT/TT/STAGE_K/STAGES for mma, WM/BN/STAGES for wgmma), and ``CHORD_W4A16_BLOCK_M`` the
 routing block size Chord asks the framework for.
@@ -12,13 +12,13 @@ routing block size Chord asks the framework for.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import env
 from .jit.kernel import DEFAULT_ARCH, KernelSpec
 from .layouts import BLOCK_K_BY_MODE
 
-INDEXED_FAMILIES = ("auto", "mma", "wgmma", "simple")
+INDEXED_FAMILIES = ("auto", "mma_sk", "mma", "wgmma", "simple")
 MAX_TOKEN_TILES = 8  # n8 token tiles per CTA in the mma kernel (64 routed rows)
 BLOCK_M_CHOICES = (8, 16, 32, 64)  # rows per tile of the mma kernels (grouped tiles too)
 # Routing block sizes Chord asks vLLM for: the mma tile's, plus 128 rows for the wgmma tile.
@@ -28,6 +28,11 @@ INDEXED_BLOCK_M_CHOICES = BLOCK_M_CHOICES + (128,)
 # SM win (T=2048: 418 vs 553 µs); from K=2048 (EP8 down) the wgmma tile wins (1418 vs 1744 µs).
 WGMMA_MIN_BLOCK_M = 64
 WGMMA_MIN_K = 1024
+# Routing blocks up to this many rows run the mma tile on the stream-K schedule (persistent CTAs,
+# one ring across tiles, balanced runs): decode and mid batch, where per-tile restarts and the
+# last wave's idle slots cost most (docs/design/indexed-kernels.md, v9: faster or equal at every
+# point with blocks of 8-32 rows; 2x slower with 128-row blocks, which belong to the wgmma tile).
+STREAMK_MAX_BLOCK_M = 32
 
 
 def indexed_block_m(valid_shape_m: int, num_experts: int) -> int:
@@ -60,6 +65,13 @@ class Launch:
     rows_per_cta: int  # routed rows (tokens) one CTA covers
     cols_per_cta: int  # output columns (weight rows) one CTA covers
     smem_bytes: int = 0  # dynamic shared memory per CTA
+    # Stream-K schedule: the grid is every CTA the GPU holds at once (chord_kernels.ops asks the
+    # driver), each with a workspace of this many FP32 partials (0: one CTA per tile, grid below).
+    partial_floats: int = 0
+
+    @property
+    def persistent(self) -> bool:
+        return self.partial_floats > 0
 
     def ctas_per_block(self, problem: IndexedProblem) -> int:
         return -(-problem.block_m // self.rows_per_cta)
@@ -80,13 +92,14 @@ SMEM_PER_SM = 227 * 1024  # usable shared memory per SM on H100/H200 (1 KB per C
 
 
 def mma_smem_bytes(nt: int, tt: int, stage_k: int, stages: int) -> int:
-    """sizeof(MmaTile::Smem): per stage the lanes' weight chunks, the CTA rows' scales and the
-    gathered activation rows (padded by 8 columns), then two int32 row indices per row."""
+    """sizeof(MmaTile::Smem): per stage the lanes' weight chunks, the CTA rows' scales, the
+    gathered activation rows (padded by 8 columns) and the stream-K schedule's row ids, then two
+    int32 row indices per row and the stream-K finisher flag (padded to 16 bytes)."""
     rows, tokens = 64 * nt, 8 * tt
     weights = (stage_k // 64) * 4 * nt * 32 * 16
     scales = (stage_k // 32) * rows * 2
     acts = tokens * (stage_k + 8) * 2
-    return stages * (weights + scales + acts) + tokens * 2 * 4  # + a_row and out_row int32
+    return stages * (weights + scales + acts + tokens * 4) + tokens * 2 * 4 + 16
 
 
 def mma_register_estimate(nt: int, tt: int) -> int:
@@ -109,6 +122,35 @@ def mma_launch(family: str, header: str, body: str, template_args: tuple, nt: in
                       template_args=template_args, threads=128,
                       min_blocks_per_sm=max(1, min(4, by_smem, by_regs)), arch=arch)
     return Launch(spec, rows_per_cta=8 * tt, cols_per_cta=4 * nt * 16, smem_bytes=smem)
+
+
+def streamk_launch(family: str, header: str, body: str, template_args: tuple, nt: int, tt: int,
+                   stage_k: int, stages: int, arch: str) -> Launch:
+    """The mma tile on the stream-K schedule (csrc/common/w4a16_mma_streamk.cuh): persistent CTAs,
+    each with two FP32 partial slots (its run's first and last tile) of 128 threads x NT*TT*4
+    accumulators. A thread gathers one tile row, so the tile's rows (8*tt) must divide 128."""
+    if tt not in (1, 2, 4, 8):
+        raise ValueError(f"the stream-K mma kernel takes TT 1, 2, 4 or 8, got {tt}")
+    launch = mma_launch(family, header, body, template_args, nt, tt, stage_k, stages, arch)
+    return replace(launch, partial_floats=2 * 128 * nt * tt * 4)
+
+
+def streamk_shape(n: int, k: int, rows: int) -> dict[str, int]:
+    """mma_shape for the stream-K schedule: TT a power of two (rows divide 128), and narrow N
+    (TP8 gate_up) keeps 2 weight tiles per warp, since the schedule fills the machine whatever
+    the tile count (half the activation bytes and B-fragment loads per weight byte)."""
+    cfg = mma_shape(n, k, rows)
+    cfg["TT"] = 1 << (cfg["TT"] - 1).bit_length()
+    if n >= 256:
+        cfg["NT"] = max(cfg["NT"], 2)
+    return cfg
+
+
+def indexed_mma_streamk(nt: int, tt: int, stage_k: int, stages: int = 3, arch: str = DEFAULT_ARCH) -> Launch:
+    """Indexed routing on the mma tile, stream-K schedule."""
+    return streamk_launch("indexed_mma_sk", "indexed/w4a16_indexed_mma.cuh", "chord::IndexedMmaStreamK",
+                          (("NT", nt), ("TT", tt), ("STAGE_K", stage_k), ("STAGES", stages)), nt, tt, stage_k,
+                          stages, arch)
 
 
 def indexed_mma(nt: int, tt: int, stage_k: int, stages: int = 3, arch: str = DEFAULT_ARCH) -> Launch:
@@ -198,6 +240,11 @@ def choose_indexed_mma(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning
     return indexed_mma(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
 
 
+def choose_indexed_mma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
+    cfg = apply_tuning(streamk_shape(problem.n, problem.k, problem.block_m), problem.k, tuning)
+    return indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
+
+
 def choose_indexed_wgmma(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
     cfg = apply_tuning(wgmma_shape(problem.n, problem.block_m), problem.k, tuning)
     return indexed_wgmma(cfg["WM"], cfg["BN"], cfg["STAGES"], arch=arch)
@@ -212,11 +259,14 @@ def indexed_tuning() -> str:
 
 
 def resolve_indexed_family(problem: IndexedProblem, family: str = "auto") -> str:
-    """``auto``: the wgmma tile for routing blocks of 64+ rows on deep K (prefill), else mma."""
+    """``auto``: the wgmma tile for routing blocks of 64+ rows on deep K (prefill), the mma tile
+    on the stream-K schedule for blocks of up to 32 rows (decode, mid batch), else the mma tile."""
     if family not in INDEXED_FAMILIES:
         raise ValueError(f"CHORD_W4A16_INDEXED_KERNEL={family!r}; expected one of {', '.join(INDEXED_FAMILIES)}")
     if family == "auto":
-        return "wgmma" if problem.block_m >= WGMMA_MIN_BLOCK_M and problem.k >= WGMMA_MIN_K else "mma"
+        if problem.block_m >= WGMMA_MIN_BLOCK_M and problem.k >= WGMMA_MIN_K:
+            return "wgmma"
+        return "mma_sk" if problem.block_m <= STREAMK_MAX_BLOCK_M else "mma"
     return family
 
 
@@ -227,6 +277,8 @@ def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: st
         launch = indexed_simple(arch)
     elif family == "wgmma":
         launch = choose_indexed_wgmma(problem, arch, tuning)
+    elif family == "mma_sk":
+        launch = choose_indexed_mma_streamk(problem, arch, tuning)
     else:
         launch = choose_indexed_mma(problem, arch, tuning)
     report_choice(problem, launch.spec)
@@ -296,12 +348,25 @@ def grouped_wgmma(routing: str, wm: int, bn: int, stages: int, block_k: int, arc
     return Launch(spec, rows_per_cta=bn, cols_per_cta=2 * 64 * wm, smem_bytes=wgmma_smem_bytes(wm, bn, stages))
 
 
+def grouped_mma_streamk(routing: str, nt: int, tt: int, stage_k: int, block_k: int, stages: int = 3,
+                        arch: str = DEFAULT_ARCH) -> Launch:
+    """Grouped routing on the mma tile, stream-K schedule."""
+    return streamk_launch("grouped_mma_sk", "grouped/w4a16_grouped_mma.cuh", "chord::GroupedMmaStreamK",
+                          (("ROUTING", GROUPED_ROUTINGS[routing]), ("NT", nt), ("TT", tt), ("STAGE_K", stage_k),
+                           ("STAGES", stages), ("BLOCK_K", block_k)),
+                          nt, tt, stage_k, stages, arch)
+
+
 def grouped_launch(routing: str, n: int, k: int, rows: int, block_k: int, arch: str = DEFAULT_ARCH) -> Launch:
-    """The grouped kernel for a tile of ``rows`` (grouped_tile_rows): the wgmma tile under the
-    same rule as indexed (64+ rows, K >= 1024), else the mma tile."""
+    """The grouped kernel for a tile of ``rows`` (grouped_tile_rows), by the indexed rules: the
+    wgmma tile for 64+ rows on K >= 1024, the mma tile on the stream-K schedule up to 32 rows,
+    else the mma tile."""
     if rows >= WGMMA_MIN_BLOCK_M and k >= WGMMA_MIN_K:
         cfg = wgmma_shape(n, rows)
         return grouped_wgmma(routing, cfg["WM"], cfg["BN"], cfg["STAGES"], block_k, arch)
+    if rows <= STREAMK_MAX_BLOCK_M:
+        cfg = streamk_shape(n, k, rows)
+        return grouped_mma_streamk(routing, cfg["NT"], cfg["TT"], cfg["STAGE_K"], block_k, cfg["STAGES"], arch)
     cfg = mma_shape(n, k, rows)
     return grouped_mma(routing, cfg["NT"], cfg["TT"], cfg["STAGE_K"], block_k, cfg["STAGES"], arch)
 

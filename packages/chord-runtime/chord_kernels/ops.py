@@ -26,9 +26,9 @@ from .dispatch import (
 from .jit.launch import LoadedKernel, load_kernel
 from .layouts import PackedW4A16
 
-# chord::MoeParams (csrc/common/moe_params.cuh): 10 pointers, 2 int64, 10 int32 = 136 bytes; the
-# header static_asserts the same size and offsets.
-MOE_PARAMS = struct.Struct("@10P2q10i")
+# chord::MoeParams (csrc/common/moe_params.cuh): 10 pointers, 2 int64, 10 int32, then the stream-K
+# workspace and locks pointers = 152 bytes; the header static_asserts the same size and offsets.
+MOE_PARAMS = struct.Struct("@10P2q10i2P")
 _POINTERS = ("a", "qweight", "scale", "out", "sorted_ids", "expert_ids", "num_tokens_padded",
              "m_indices", "expert_offsets", "masked_m")
 _INTS = ("num_routes", "n", "k", "top_k", "num_experts", "block_m", "num_blocks", "ctas_per_block",
@@ -87,6 +87,51 @@ def _load(launch: Launch, device: torch.device) -> LoadedKernel:
     return load_kernel(launch.spec, _device_index(device), launch.smem_bytes)
 
 
+# Stream-K scratch per device: FP32 partials and the zeroed locks. Kernels leave the locks zero,
+# so one pair serves every call on the device; like vLLM's `locks` for Humming, it assumes MoE
+# GEMMs on one device do not run concurrently on two streams. Buffers only grow, and the old
+# ones stay alive: plans keep raw pointers.
+_streamk_buffers: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+
+
+def _launch_grid(kernel: LoadedKernel, launch: Launch, device: torch.device, k: int, tiled: tuple[int, int, int],
+                 what: str) -> tuple[tuple[int, int, int], tuple[int, int]]:
+    """(grid, (workspace, locks)): a stream-K launch's persistent grid and scratch, or the
+    one-CTA-per-tile grid (checked against CUDA's limits) and no scratch. ``tiled`` is the
+    one-CTA-per-tile grid: (column tiles, row tiles the buffers can hold)."""
+    if launch.persistent:
+        # the kernel counts (row tile, column tile, K stage) iterations in int32
+        iterations = tiled[0] * tiled[1] * (k // launch.spec.config["STAGE_K"])
+        _require(iterations < 2**31, f"{what}: up to {iterations} stream-K iterations, over 2^31: not supported")
+        grid = (_resident_ctas(kernel, launch, device), 1, 1)
+        return grid, _streamk_scratch(launch, device, grid[0])
+    _check_grid(tiled, what)
+    return tiled, (0, 0)
+
+
+def _resident_ctas(kernel: LoadedKernel, launch: Launch, device: torch.device) -> int:
+    """A persistent grid: every CTA the GPU holds at once, as the driver computes it (shared
+    memory can admit more CTAs per SM than the __launch_bounds__ target)."""
+    per_sm = kernel.max_active_blocks(launch.spec.threads, launch.smem_bytes)
+    _require(per_sm >= 1, f"{launch.spec.describe()} does not fit on an SM of {device}")
+    return torch.cuda.get_device_properties(device).multi_processor_count * per_sm
+
+
+def _streamk_scratch(launch: Launch, device: torch.device, num_ctas: int) -> tuple[int, int]:
+    index = _device_index(device)
+    floats = num_ctas * launch.partial_floats
+    kept = _streamk_buffers.setdefault(index, [])
+    if not kept or kept[-1][0].numel() < floats or kept[-1][1].numel() < num_ctas:
+        _require(device.type != "cuda" or not torch.cuda.is_current_stream_capturing(),
+                 "the first stream-K call of a shape cannot be inside CUDA-graph capture (its "
+                 "workspace is allocated then): run the call once eagerly first, as vLLM's warmup does")
+        size = max(floats, kept[-1][0].numel() if kept else 0)
+        kept.append((torch.empty(size, dtype=torch.float32, device=device),
+                     torch.zeros(max(num_ctas, kept[-1][1].numel() if kept else 0), dtype=torch.int32, device=device)))
+    workspace, locks = kept[-1]
+    return workspace.data_ptr(), locks.data_ptr()
+
+
 # ----------------------------------------------------------------------------------- indexed
 
 
@@ -107,12 +152,13 @@ def _indexed_plan(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, b
     problem = IndexedProblem(n=n, k=k, num_experts=packed.num_experts, top_k=top_k, block_m=block_m)
     launch = select_indexed(problem, kernel_arch(_device_index(a.device)), family, tuning)
     kernel = _load(launch, a.device)
-    grid = launch.grid(problem, num_blocks)
-    _check_grid(grid, f"indexed with {num_blocks} routing blocks of {block_m} rows ({launch.rows_per_cta} per CTA)")
+    grid, scratch = _launch_grid(kernel, launch, a.device, k, launch.grid(problem, num_blocks),
+                                 f"indexed with {num_blocks} routing blocks of {block_m} rows "
+                                 f"({launch.rows_per_cta} per CTA)")
     ints = dict(num_routes=m * top_k, n=n, k=k, top_k=top_k, num_experts=problem.num_experts, block_m=block_m,
                 num_blocks=num_blocks, ctas_per_block=launch.ctas_per_block(problem), sorted_len=sorted_len)
     int_values = tuple(ints.get(name, 0) for name in _INTS)
-    return kernel, launch, grid, (launch.spec.threads, 1, 1), int_values, _device_index(a.device)
+    return kernel, launch, grid, (launch.spec.threads, 1, 1), int_values, scratch, _device_index(a.device)
 
 
 _indexed_plans: dict = {}
@@ -160,10 +206,10 @@ def _indexed_cuda(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, b
     if plan is None:
         plan = _indexed_plans[key] = _indexed_plan(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k,
                                                    block_m, out, key[-2], key[-1])
-    kernel, launch, grid, block, int_values, device_index = plan
+    kernel, launch, grid, block, int_values, scratch, device_index = plan
     params = MOE_PARAMS.pack(a.data_ptr(), qw.data_ptr(), packed.scale.data_ptr(), out.data_ptr(),
                              sorted_ids.data_ptr(), expert_ids.data_ptr(), num_tokens_padded.data_ptr(), 0, 0, 0,
-                             a.stride(0), out.stride(0), *int_values)
+                             a.stride(0), out.stride(0), *int_values, *scratch)
     kernel.launch(grid, block, launch.smem_bytes, _current_stream(device_index), params)
 
 
@@ -252,11 +298,12 @@ def _grouped_plan(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
         max_m = rows // e
         ints.update(ctas_per_block=-(-max_m // tile), max_m=max_m)
         grid_y = e * ints["ctas_per_block"]
-    grid = (-(-n // launch.cols_per_cta), grid_y, 1)
-    _check_grid(grid, f"{routing_name} over {rows} rows of a in tiles of {tile} rows ({e} experts)")
+    grid, scratch = _launch_grid(kernel, launch, a.device, k, (-(-n // launch.cols_per_cta), grid_y, 1),
+                                 f"{routing_name} over {rows} rows of a in tiles of {tile} rows ({e} experts)")
     int_values = tuple(ints.get(name, 0) for name in _INTS)
     lda = None if flat_copy else a2.stride(0)
-    return kernel, launch, grid, (launch.spec.threads, 1, 1), lda, _ROUTE_SLOT[routing_name], int_values, device_index
+    return (kernel, launch, grid, (launch.spec.threads, 1, 1), lda, _ROUTE_SLOT[routing_name], int_values, scratch,
+            device_index)
 
 
 _grouped_plans: dict = {}
@@ -272,14 +319,14 @@ def _grouped_cuda(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
     plan = _grouped_plans.get(key)
     if plan is None:
         plan = _grouped_plans[key] = _grouped_plan(routing_name, a, packed, route, out, expected_m)
-    kernel, launch, grid, block, lda, slot, int_values, device_index = plan
+    kernel, launch, grid, block, lda, slot, int_values, scratch, device_index = plan
     if lda is None:
         a = a.reshape(-1, a.shape[-1])
         lda = a.stride(0)
     r = route.data_ptr()
     params = MOE_PARAMS.pack(a.data_ptr(), qw.data_ptr(), packed.scale.data_ptr(), out.data_ptr(), 0, 0, 0,
                              r if slot == 7 else 0, r if slot == 8 else 0, r if slot == 9 else 0,  # _ROUTE_SLOT
-                             lda, out.stride(0), *int_values)
+                             lda, out.stride(0), *int_values, *scratch)
     kernel.launch(grid, block, launch.smem_bytes, _current_stream(device_index), params)
 
 

@@ -26,6 +26,10 @@ class LoadedKernel:
     def attributes(self) -> dict:
         return _launcher().function_attributes(self.fn)
 
+    def max_active_blocks(self, threads: int, smem: int) -> int:
+        """CTAs one SM holds at once (the driver's occupancy calculator)."""
+        return _launcher().max_active_blocks(self.fn, self.ctx, threads, smem)
+
 
 def _launcher():
     # Imported lazily so that `import chord_kernels` never even loads the extension.
