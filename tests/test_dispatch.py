@@ -52,6 +52,16 @@ def test_indexed_prefill_choice_is_the_wgmma_tile(n, block_m, want):
     assert launch.smem_bytes <= 227 * 1024
 
 
+def test_wgmma_tile_for_mid_batch_blocks_by_override():
+    """Blocks of 8-32 rows stay on the stream-K mma kernel under ``auto``; the family override
+    runs them on the wgmma tile with N = 16 or 32 (the mid-batch experiment)."""
+    for block_m, bn in ((8, 16), (16, 16), (24, 32), (32, 32)):
+        problem = IndexedProblem(4096, 7168, 48, 8, block_m)
+        assert dispatch.select_indexed(problem).spec.family == "indexed_mma_sk"
+        launch = dispatch.select_indexed(problem, family="wgmma")
+        assert launch.spec.config["BN"] == bn and launch.rows_per_cta == bn and launch.ctas_per_block(problem) == 1
+
+
 def test_grid_covers_n_and_every_routing_block():
     problem = IndexedProblem(n=4096, k=7168, num_experts=48, top_k=8, block_m=32)
     launch = dispatch.select_indexed(problem)
@@ -143,7 +153,7 @@ def test_tuning_override(monkeypatch):
     # One override string serves both tensor-core families: each takes its own keys.
     wg = dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="NT=4,BN=64,STAGES=4")
     assert wg.spec.config == {"WM": 2, "BN": 64, "STAGES": 4}
-    with pytest.raises(ValueError, match="WM 1.2, BN 64.128, STAGES 2..8"):
+    with pytest.raises(ValueError, match="WM 1.2, BN 16.32.64.128, STAGES 2..8"):
         dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="BN=96")
     monkeypatch.setenv("CHORD_W4A16_BLOCK_M", "24")
     assert dispatch.indexed_block_m(10, 48) == 24

@@ -214,12 +214,18 @@ def mma_shape(n: int, k: int, rows: int) -> dict[str, int]:
     return {"NT": nt, "TT": tt, "STAGE_K": stage_k, "STAGES": 3}
 
 
+WGMMA_BN_CHOICES = (16, 32, 64, 128)  # N of the wgmma: the block's rows (16/32 reached by the family override)
+
+
 def wgmma_shape(n: int, rows: int) -> dict[str, int]:
     """Tile config of the wgmma kernel for a routing block of ``rows``: N of the wgmma is the
-    block (64 or 128 rows); two m64 weight tiles per warpgroup (256 weight rows per CTA, half
-    the activation bytes re-read per weight byte of one tile) unless N is too narrow; a 6-deep
-    ring of 64-column stages (~150 KB at BN=128; the depth made no difference in the v6 sweep)."""
-    return {"WM": 2 if n >= 256 else 1, "BN": 64 if rows <= 64 else 128, "STAGES": 6}
+    smallest of 16/32/64/128 holding the block; two m64 weight tiles per warpgroup (256 weight
+    rows per CTA, half the activation bytes re-read per weight byte of one tile) unless N is too
+    narrow; a 6-deep ring of 64-column stages (~150 KB at BN=128; the depth made no difference in
+    the v6 sweep). ``auto`` sends only blocks of 64+ rows here; BN 16/32 (mid batch, with
+    CHORD_W4A16_INDEXED_KERNEL=wgmma) are the experiment against the stream-K mma kernel."""
+    bn = next((b for b in WGMMA_BN_CHOICES if rows <= b), WGMMA_BN_CHOICES[-1])
+    return {"WM": 2 if n >= 256 else 1, "BN": bn, "STAGES": 6}
 
 
 def apply_tuning(cfg: dict[str, int], k: int, tuning: str) -> dict[str, int]:
@@ -228,8 +234,9 @@ def apply_tuning(cfg: dict[str, int], k: int, tuning: str) -> dict[str, int]:
     other family's calls in the same run)."""
     cfg = {**cfg, **{key: v for key, v in parse_tuning(tuning).items() if key in cfg}}
     if "WM" in cfg:
-        if cfg["WM"] not in (1, 2) or cfg["BN"] not in (64, 128) or not 2 <= cfg["STAGES"] <= 8 or k % 64:
-            raise ValueError(f"tuning {cfg} does not fit K={k} (WM 1|2, BN 64|128, STAGES 2..8, K a multiple of 64)")
+        if cfg["WM"] not in (1, 2) or cfg["BN"] not in WGMMA_BN_CHOICES or not 2 <= cfg["STAGES"] <= 8 or k % 64:
+            raise ValueError(f"tuning {cfg} does not fit K={k} (WM 1|2, BN 16|32|64|128, STAGES 2..8, "
+                             "K a multiple of 64)")
     elif k % cfg["STAGE_K"] or cfg["STAGE_K"] % 64 or not 1 <= cfg["TT"] <= MAX_TOKEN_TILES:
         raise ValueError(f"tuning {cfg} does not fit K={k} (STAGE_K must divide K, multiple of 64; TT 1..8)")
     return cfg
@@ -297,7 +304,8 @@ def indexed_profile_launches(n: int, k: int, arch: str = DEFAULT_ARCH) -> list[L
 def indexed_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
     """Every indexed launch the dispatch can pick for any shape (CI compiles all of them):
     the heuristic's branches are N below/above 2048 (and 256 for the wgmma tile) and K a
-    multiple of 256 or only of 64; the mma tile at 64-row blocks too (the family override)."""
+    multiple of 256 or only of 64; the mma tile at 64-row blocks and the wgmma tile at 16/32-row
+    blocks too (the family override)."""
     seen: dict[str, Launch] = {indexed_simple(arch).spec.symbol: indexed_simple(arch)}
     for n in (128, 512, 4096):
         for k in (256, 320, 2048):
@@ -305,6 +313,9 @@ def indexed_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
                 seen.setdefault(launch.spec.symbol, launch)
             mma64 = choose_indexed_mma(IndexedProblem(n, k, 1, 1, 64), arch)
             seen.setdefault(mma64.spec.symbol, mma64)
+            for block_m in (16, 32):  # the wgmma tile's BN 16/32 (family override)
+                small = choose_indexed_wgmma(IndexedProblem(n, k, 1, 1, block_m), arch)
+                seen.setdefault(small.spec.symbol, small)
     return list(seen.values())
 
 
