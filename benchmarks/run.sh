@@ -97,6 +97,7 @@ run_family() {
     timeout -k 10 $((cbudget + 60)) python3 -m benchmarks.bench_chord "${args[@]}" \
       --out "$RES/chord$sfx.json" --budget-s "$cbudget" > "$OUT/chord$sfx.log" 2>&1
     echo "bench_chord exit=$?"; grep -E "ERROR|check=(fail|nan)|Error|done in" "$OUT/chord$sfx.log" | head -20
+    cp "$RES/chord$sfx.json" "$OUT/" 2>/dev/null  # kept even if the Humming side is cut short
   fi
   if [[ "$ONLY" != chord ]]; then
     log "Humming $fam (separate process, PYTHONPATH=$HSITE; budget ${hbudget}s)"
