@@ -111,17 +111,24 @@ def mma_register_estimate(nt: int, tt: int) -> int:
 
 
 def mma_launch(family: str, header: str, body: str, template_args: tuple, nt: int, tt: int,
-               stage_k: int, stages: int, arch: str) -> Launch:
+               stage_k: int, stages: int, arch: str, extra_regs: int = 0) -> Launch:
     """A tensor-core (common/w4a16_mma_tile.cuh) launch: 4 warps x ``nt`` 16-row weight tiles,
-    8*``tt`` rows. CTAs per SM follow from shared memory and registers (at most 4);
-    __launch_bounds__ then caps registers to match, so ptxas must fit the occupancy asked for."""
+    8*``tt`` rows. CTAs per SM follow from shared memory and registers (at most 4; the kernel's
+    own state beyond the tile's adds ``extra_regs``); __launch_bounds__ then caps registers to
+    match, so ptxas must fit the occupancy asked for."""
     smem = mma_smem_bytes(nt, tt, stage_k, stages)
     by_smem = SMEM_PER_SM // (smem + 1024)
-    by_regs = 65536 // (128 * mma_register_estimate(nt, tt))
+    by_regs = 65536 // (128 * (mma_register_estimate(nt, tt) + extra_regs))
     spec = KernelSpec(family=family, header=header, body=body, params_type="chord::MoeParams",
                       template_args=template_args, threads=128,
                       min_blocks_per_sm=max(1, min(4, by_smem, by_regs)), arch=arch)
     return Launch(spec, rows_per_cta=8 * tt, cols_per_cta=4 * nt * 16, smem_bytes=smem)
+
+
+# Registers the stream-K kernel holds beyond the tile's (per-tile copy sources, two cursors, the
+# prefetched row indices): ptxas -v on sm_90a, 24-40 over the one-CTA-per-tile kernel; with
+# less, the TT=4 configs spilled at the occupancy the tile's estimate alone allowed.
+STREAMK_EXTRA_REGS = 40
 
 
 def streamk_launch(family: str, header: str, body: str, template_args: tuple, nt: int, tt: int,
@@ -131,7 +138,7 @@ def streamk_launch(family: str, header: str, body: str, template_args: tuple, nt
     accumulators. A thread gathers one tile row, so the tile's rows (8*tt) must divide 128."""
     if tt not in (1, 2, 4, 8):
         raise ValueError(f"the stream-K mma kernel takes TT 1, 2, 4 or 8, got {tt}")
-    launch = mma_launch(family, header, body, template_args, nt, tt, stage_k, stages, arch)
+    launch = mma_launch(family, header, body, template_args, nt, tt, stage_k, stages, arch, STREAMK_EXTRA_REGS)
     return replace(launch, partial_floats=2 * 128 * nt * tt * 4)
 
 
