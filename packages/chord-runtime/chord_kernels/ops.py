@@ -118,16 +118,14 @@ def _resident_ctas(kernel: LoadedKernel, launch: Launch, device: torch.device) -
 
 
 def _streamk_scratch(launch: Launch, device: torch.device, num_ctas: int) -> tuple[int, int]:
-    index = _device_index(device)
-    floats = num_ctas * launch.partial_floats
-    kept = _streamk_buffers.setdefault(index, [])
-    if not kept or kept[-1][0].numel() < floats or kept[-1][1].numel() < num_ctas:
+    kept = _streamk_buffers.setdefault(_device_index(device), [])
+    floats, ctas = (kept[-1][0].numel(), kept[-1][1].numel()) if kept else (0, 0)
+    if floats < num_ctas * launch.partial_floats or ctas < num_ctas:
         _require(device.type != "cuda" or not torch.cuda.is_current_stream_capturing(),
-                 "the first stream-K call of a shape cannot be inside CUDA-graph capture (its "
-                 "workspace is allocated then): run the call once eagerly first, as vLLM's warmup does")
-        size = max(floats, kept[-1][0].numel() if kept else 0)
-        kept.append((torch.empty(size, dtype=torch.float32, device=device),
-                     torch.zeros(max(num_ctas, kept[-1][1].numel() if kept else 0), dtype=torch.int32, device=device)))
+                 "a stream-K call that needs more scratch cannot be the first inside CUDA-graph capture "
+                 "(the scratch is allocated then): run the call once eagerly first, as vLLM's warmup does")
+        kept.append((torch.empty(max(floats, num_ctas * launch.partial_floats), dtype=torch.float32, device=device),
+                     torch.zeros(max(ctas, num_ctas), dtype=torch.int32, device=device)))
     workspace, locks = kept[-1]
     return workspace.data_ptr(), locks.data_ptr()
 
