@@ -1,8 +1,10 @@
 """Small indexed launches for compute-sanitizer (memcheck / racecheck) on the GPU machine:
-every kernel family (the stream-K schedule with tiles split over CTAs), both activation-stage widths, a garbage routing tail; the wgmma tile with
-a ragged 64- and 128-row block, and N narrower than its 256-column tile."""
+every kernel family (the stream-K schedules with tiles split over CTAs), both activation-stage
+widths, a garbage routing tail; the wgmma tile with a ragged 64- and 128-row block, and N narrower
+than its 256-column tile."""
 
 import os
+import sys
 
 import torch
 from chord_kernels import indexed, layouts, routing
@@ -12,10 +14,17 @@ CASES = {"mma": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
          # stream-K: many tiles per CTA; a few long-K tiles each split over many CTAs (the fix-up)
          "mma_sk": ((8, 64, 256, 5, 2, 8), (4, 160, 320, 9, 2, 16), (3, 512, 2048, 2, 8, 8)),
          "simple": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
+         # wgmma tile, stream-K: long-K tiles split over many CTAs; ~8 short tiles per CTA (the
+         # ring across tiles); K = 640 wraps the 8-slot ring; N = 160 half past a 128-column tile
+         "wgmma_sk": ((3, 512, 2048, 2, 8, 8), (8, 512, 256, 4000, 2, 16), (3, 160, 640, 60, 2, 64),
+                      (2, 160, 640, 80, 2, 128)),
          # (WM, BN) = (1, 64), (2, 128), (1, 64), (2, 64), (1, 128); K = 640 wraps the 6-slot ring
          "wgmma": ((4, 160, 320, 50, 2, 64), (3, 512, 256, 90, 2, 128), (2, 128, 192, 7, 1, 64),
                    (3, 512, 640, 60, 2, 64), (2, 160, 640, 80, 2, 128))}
+ONLY = sys.argv[1:]  # optional: run only these families' indexed cases (a smoke test), no grouped
 for family, cases in CASES.items():
+    if ONLY and family not in ONLY:
+        continue
     os.environ["CHORD_W4A16_INDEXED_KERNEL"] = family
     for e, n, k, tokens, top_k, block_m in cases:
         codes = torch.randint(0, 16, (e, n, k), generator=g, dtype=torch.uint8)
@@ -28,6 +37,9 @@ for family, cases in CASES.items():
         out = indexed(a, packed, sorted_ids, expert_ids, ntp, top_k, block_m)
         torch.cuda.synchronize()
         print(f"sanitize case ok: {family} E={e} N={n} K={k} block_m={block_m}", tuple(out.shape))
+
+if ONLY:
+    sys.exit(0)
 
 # Grouped family: contiguous offsets (unaligned, over-allocated rows) and masked (rows past masked_m).
 from chord_kernels import contiguous_offsets, masked  # noqa: E402

@@ -14,15 +14,12 @@ from chord_kernels.dispatch import IndexedProblem
         (512, 7168, 16, {"NT": 2, "TT": 2, "STAGE_K": 256}),  # TP8 gate_up: stream-K keeps 2 tiles a warp
         (7168, 256, 32, {"NT": 4, "TT": 4, "STAGE_K": 128}),  # TP8 down, mid batch
         (160, 320, 5, {"NT": 1, "TT": 1, "STAGE_K": 64}),  # not Kimi: K only a multiple of 64
-        (7168, 256, 64, {"NT": 4, "TT": 8, "STAGE_K": 128}),  # TP8 down prefill: short K stays on mma
-        (7168, 256, 128, {"NT": 4, "TT": 8, "STAGE_K": 128}),  # above 64 rows: 2 CTAs each
     ],
 )
 def test_indexed_choice(n, k, block_m, want):
     launch = dispatch.select_indexed(IndexedProblem(n, k, 8, 8, block_m))
-    # Decode and mid-batch blocks (up to 32 rows) run the same tile on the stream-K schedule.
-    assert launch.spec.family == ("indexed_mma_sk" if block_m <= 32 else "indexed_mma")
-    assert launch.persistent == (block_m <= 32)
+    # Decode and mid-batch blocks (up to 32 rows) run the mma tile on the stream-K schedule.
+    assert launch.spec.family == "indexed_mma_sk" and launch.persistent
     assert {key: launch.spec.config[key] for key in want} == want
     assert launch.rows_per_cta == 8 * want["TT"] and launch.cols_per_cta == 64 * want["NT"]
     assert launch.ctas_per_block(IndexedProblem(n, k, 8, 8, block_m)) == -(-block_m // launch.rows_per_cta)
@@ -45,11 +42,23 @@ def test_indexed_prefill_choice_is_the_wgmma_tile(n, block_m, want):
     assert launch.rows_per_cta == want["BN"] and launch.cols_per_cta == 128 * want["WM"]
     assert launch.ctas_per_block(problem) == 1
     # WgmmaTile::Smem: STAGES x (BN rows x 128 B, 8 warps x WM x 512 B, 2 groups x 128*WM bf16,
-    # 2 mbarriers) + 2 x BN int32
+    # BN stream-K row ids, 2 mbarriers) + 2 x BN int32 + the finisher flag (padded to 16 B)
     cfg = launch.spec.config
     assert launch.smem_bytes == cfg["STAGES"] * (cfg["BN"] * 128 + 8 * cfg["WM"] * 512 + 2 * 128 * cfg["WM"] * 2
-                                                 + 16) + 8 * cfg["BN"]
+                                                 + 4 * cfg["BN"] + 16) + 8 * cfg["BN"] + 16
     assert launch.smem_bytes <= 227 * 1024
+
+
+@pytest.mark.parametrize("block_m,bn", [(64, 64), (128, 128)])
+def test_short_k_prefill_is_the_wgmma_tile_on_the_stream_k_schedule(block_m, bn):
+    """TP8 down (K=256) prefill blocks: 4 stages a tile, so the ring must run across tiles."""
+    launch = dispatch.select_indexed(IndexedProblem(7168, 256, 384, 8, block_m))
+    assert launch.spec.family == "indexed_wgmma_sk" and launch.persistent
+    assert launch.spec.config == {"WM": 2, "BN": bn, "STAGES": 8}
+    # blocks between the mma tile's 32 rows and the wgmma tile's 64 (a CHORD_W4A16_BLOCK_M
+    # override) stay on the one-CTA mma tile
+    odd = dispatch.select_indexed(IndexedProblem(7168, 256, 384, 8, 48))
+    assert odd.spec.family == "indexed_mma" and odd.spec.config["TT"] == 6
 
 
 def test_wgmma_tile_for_mid_batch_blocks_by_override():
@@ -100,7 +109,22 @@ def test_streamk_launch_is_persistent_with_a_workspace():
     assert odd.spec.config["TT"] == 4
     with pytest.raises(ValueError, match="TT 1, 2, 4 or 8"):
         dispatch.indexed_mma_streamk(1, 3, 256)
-    assert not dispatch.select_indexed(IndexedProblem(7168, 256, 48, 8, 64)).persistent  # short K, 64 rows
+    assert not dispatch.select_indexed(IndexedProblem(7168, 2048, 48, 8, 64)).persistent  # deep K, 64 rows
+
+
+@pytest.mark.parametrize("block_m,bn", [(8, 16), (16, 16), (32, 32), (64, 64), (128, 128)])
+def test_wgmma_streamk_launch(block_m, bn):
+    """The wgmma tile on the stream-K schedule: persistent, two partial slots of 256 consumer
+    threads x WM*BN/2 floats per CTA, 64-column iterations, the ring as deep as fits (<= 8)."""
+    problem = IndexedProblem(4096, 7168, 48, 8, block_m)
+    launch = dispatch.select_indexed(problem, family="wgmma_sk")
+    cfg = launch.spec.config
+    assert launch.spec.family == "indexed_wgmma_sk" and launch.spec.threads == 384
+    assert cfg["BN"] == bn and cfg["WM"] == 2 and cfg["STAGES"] == 8
+    assert launch.persistent and launch.partial_floats == 2 * 256 * 2 * bn // 2 and launch.iteration_k == 64
+    assert launch.smem_bytes + 1024 <= 227 * 1024
+    narrow = dispatch.select_indexed(IndexedProblem(128, 256, 8, 8, block_m), family="wgmma_sk")
+    assert narrow.spec.config["WM"] == 1 and narrow.cols_per_cta == 128
 
 
 def test_family_override_and_bad_value():
@@ -169,14 +193,14 @@ def test_grouped_choice(routing, rows, want):
     block_k = 128 if routing == "masked" else 64
     launch = dispatch.select_grouped(GroupedProblem(routing, 4096, 7168, 48, rows, block_k))
     cfg = launch.spec.config
-    # The same tile rule as indexed: wgmma from 64-row tiles on deep K (prefill), the mma tile on
-    # the stream-K schedule up to 32 rows (decode, mid batch).
+    # The same tile rule as indexed: wgmma from 64-row tiles (one CTA per tile on deep K), the mma
+    # tile on the stream-K schedule up to 32 rows (decode, mid batch).
     assert launch.spec.family == ("grouped_wgmma" if "WM" in want else "grouped_mma_sk")
     assert launch.persistent == (launch.spec.family == "grouped_mma_sk")
     assert {key: cfg[key] for key in want} == want and cfg["BLOCK_K"] == block_k
     assert cfg["ROUTING"] == dispatch.GROUPED_ROUTINGS[routing]
     assert 128 % launch.rows_per_cta == 0  # a tile never straddles a 128-aligned segment
     short_k = dispatch.select_grouped(GroupedProblem(routing, 7168, 256, 384, rows, 64 if block_k == 64 else 128))
-    assert short_k.spec.family == ("grouped_mma" if rows > 32 else "grouped_mma_sk")
+    assert short_k.spec.family == ("grouped_wgmma_sk" if rows > 32 else "grouped_mma_sk") and short_k.persistent
     with pytest.raises(ValueError, match="unknown grouped routing"):
         dispatch.select_grouped(GroupedProblem("sorted", 4096, 7168, 48, rows, block_k))

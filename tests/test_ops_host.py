@@ -264,9 +264,11 @@ def test_grouped_entry_points_check_mode_and_expected_m():
 def test_grids_past_cuda_limit_are_a_clear_error(grouped_stub):
     """Row tiles map to grid y (at most 65535): a buffer too tall for its tile size raises before
     any launch instead of failing in the driver."""
-    packed, _, _ = _grouped_problem("contiguous", k=64)
-    a = torch.empty(64 * 65535, 64, dtype=torch.bfloat16)  # 64-row tiles (expected_m 40): 65535 + E tiles
-    out = torch.empty(a.shape[0], packed.n, dtype=torch.bfloat16)
+    # 64-row tiles (expected_m 40) on deep K: the one-CTA-per-tile wgmma grid, 65535 + E tiles (the
+    # rows are a broadcast view: no 8 GB buffer)
+    packed, _, _ = _grouped_problem("contiguous", k=1024)
+    a = torch.empty(1, 1024, dtype=torch.bfloat16).expand(64 * 65535, 1024)
+    out = torch.empty(1, packed.n, dtype=torch.bfloat16).expand(a.shape[0], packed.n)
     offsets = torch.tensor([0, 1, 2, 3, 4])
     with pytest.raises(ValueError, match="contiguous_offsets over 4194240 rows .* grid y, over CUDA's 65535"):
         ops._grouped_cuda("contiguous_offsets", a, packed, offsets, out, 40)

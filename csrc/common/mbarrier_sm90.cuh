@@ -45,6 +45,14 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
+// A CTA barrier over a subset of its warps (ID 1..15; 0 is __syncthreads'): THREADS threads,
+// a multiple of 32, all of whole warps, must call it.
+template <int ID, int THREADS>
+__device__ __forceinline__ void named_barrier_sync() {
+  static_assert(ID > 0 && ID < 16 && THREADS % 32 == 0, "named barrier id 1..15, whole warps");
+  asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
+}
+
 // Hand registers between warpgroups (all warps of a warpgroup execute it; counts are per
 // thread, multiples of 8 in 24..256).
 template <int REGS>

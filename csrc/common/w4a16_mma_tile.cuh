@@ -151,26 +151,29 @@ struct MmaTile {
     }
   }
 
-  // out[out_rows[i], row0 + this warp's columns] = acc, rows -1 skipped. D fragment: d0,d1 =
-  // weight row g, tile rows 2q, 2q+1; d2,d3 = weight row g+8.
-  __device__ static void store(const MoeParams& p, const float (&acc)[NT][TT][4], int row0, const int32_t* out_rows) {
+  // Accumulator group i (weight tile t = i / TT, row tile tt = i % TT: the lane's 4 floats) to
+  // out[out_rows[...], row0 + this warp's columns], rows -1 skipped. D fragment: v.x, v.y =
+  // weight row g, tile rows 2q, 2q+1; v.z, v.w = weight row g+8.
+  __device__ static void store4(const MoeParams& p, int row0, const int32_t* out_rows, int i, float4 v) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int n_tiles = p.n / kTile;
-    const int tile0 = row0 / kTile + warp * NT;
+    const int t = i / TT, tt = i % TT;
+    const int tile = row0 / kTile + warp * NT + t;
+    if (tile >= p.n / kTile) return;  // the clamped tiles past N
+    const int col = tile * kTile + lane / 4;
+    const float e[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const int tile = tile0 + t;
-      if (tile >= n_tiles) continue;
-      const int col = tile * kTile + lane / 4;
-#pragma unroll
-      for (int tt = 0; tt < TT; ++tt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int out_row = out_rows[tt * 8 + 2 * (lane % 4) + (i & 1)];
-          if (out_row >= 0) p.out[(int64_t)out_row * p.ldc + col + 8 * (i >> 1)] = __float2bfloat16_rn(acc[t][tt][i]);
-        }
-      }
+    for (int j = 0; j < 4; ++j) {
+      const int out_row = out_rows[tt * 8 + 2 * (lane % 4) + (j & 1)];
+      if (out_row >= 0) p.out[(int64_t)out_row * p.ldc + col + 8 * (j >> 1)] = __float2bfloat16_rn(e[j]);
     }
+  }
+
+  __device__ static void store(const MoeParams& p, const float (&acc)[NT][TT][4], int row0, const int32_t* out_rows) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int tt = 0; tt < TT; ++tt)
+        store4(p, row0, out_rows, t * TT + tt, make_float4(acc[t][tt][0], acc[t][tt][1], acc[t][tt][2], acc[t][tt][3]));
   }
 
   // One tile, non-persistent: requires sm.a_row / sm.out_row filled and a barrier after it.

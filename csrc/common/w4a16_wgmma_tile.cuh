@@ -36,8 +36,17 @@ struct WgmmaTile {
   static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
   static constexpr int kProducerThreads = 128;  // warpgroup 0
   static constexpr int kThreads = kProducerThreads + 32 * kConsumerWarps;
-  static constexpr int kProducerRegs = 64;   // 128 x 64 + 256 x 216 <= 64K registers
+  // setmaxnreg moves registers through the CTA's pool: the launch gives every thread kLaunchRegs
+  // (64K / 384 threads, in units of 8), and the producer's decrease must free at least what the
+  // consumers' increase takes, or the increase waits forever (a hang, not an error).
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;  // 168
+  static constexpr bool regs_fit(int producer, int consumer) {
+    return kProducerThreads * (kLaunchRegs - producer) >= 32 * kConsumerWarps * (consumer - kLaunchRegs);
+  }
+  // One tile per CTA: the producer only adds stage offsets; the consumers get the rest.
+  static constexpr int kProducerRegs = 72;
   static constexpr int kConsumerRegs = 216;
+  static_assert(regs_fit(kProducerRegs, kConsumerRegs), "setmaxnreg: consumers would wait for registers forever");
   static constexpr int kRows = kConsumerWarpgroups * WM * 64;  // weight rows (output columns) per CTA
   static constexpr int kTok = BN;                               // activation rows per CTA
   static constexpr int kStageK = 64;                            // one 128-byte swizzle row of BF16
@@ -55,8 +64,12 @@ struct WgmmaTile {
     __nv_bfloat16 scale[STAGES][kGroupsPerStage][kRows];
     int32_t a_row[kTok];
     int32_t out_row[kTok];
-    uint64_t full[STAGES];   // the producer's copies of the slot landed (128 arrivals)
+    // Stream-K schedule only (common/w4a16_wgmma_streamk.cuh): each ring slot's tile rows (route
+    // ids, -1 = none), written by the producer with the slot, read by the tile's epilogue.
+    int32_t route[STAGES][kTok];
+    uint64_t full[STAGES];   // the producer's copies of the slot landed (see init_barriers)
     uint64_t empty[STAGES];  // every consumer warp is done with the slot (8 arrivals)
+    int32_t finisher;        // stream-K: "this CTA adds up the split tile"
   };
 
   __device__ static Smem& smem() {
@@ -66,16 +79,24 @@ struct WgmmaTile {
     return *reinterpret_cast<Smem*>(smem_raw);
   }
 
-  // Requires sm.a_row / sm.out_row filled and a barrier after it; all kThreads threads call it.
-  __device__ static void run(const MoeParams& p, Smem& sm, int expert) {
+  // `full` completes after `full_arrivals`: one cp.async-arrive per producer thread (its copies
+  // of the slot landed), plus, on the stream-K schedule, one ordinary arrive per producer thread
+  // after its plain shared-memory stores of the slot's row ids (cp.async arrivals do not order
+  // those).
+  __device__ static void init_barriers(Smem& sm, int full_arrivals) {
     if (threadIdx.x == 0) {
 #pragma unroll
       for (int s = 0; s < STAGES; ++s) {
-        mbarrier_init(&sm.full[s], kProducerThreads);
+        mbarrier_init(&sm.full[s], full_arrivals);
         mbarrier_init(&sm.empty[s], kConsumerWarps);
       }
       mbarrier_init_fence();
     }
+  }
+
+  // Requires sm.a_row / sm.out_row filled and a barrier after it; all kThreads threads call it.
+  __device__ static void run(const MoeParams& p, Smem& sm, int expert) {
+    init_barriers(sm, kProducerThreads);
     __syncthreads();  // the last CTA-wide barrier: from here the warpgroups sync by mbarrier
     if (threadIdx.x < kProducerThreads) {
       warpgroup_reg_dealloc<kProducerRegs>();
@@ -86,14 +107,14 @@ struct WgmmaTile {
     }
   }
 
-  // n-tile of consumer warp `cwarp` (0..7), m64 tile m.
-  __device__ static int tile_of(int cwarp, int m) {
-    return blockIdx.x * (kRows / kTile) + ((cwarp / 4) * WM + m) * 4 + cwarp % 4;
+  // n-tile of consumer warp `cwarp` (0..7), m64 tile m, in CTA column tile `col_tile`.
+  __device__ __forceinline__ static int tile_of(int col_tile, int cwarp, int m) {
+    return col_tile * (kRows / kTile) + ((cwarp / 4) * WM + m) * 4 + cwarp % 4;
   }
 
   // The producer's per-stage work is address arithmetic plus one cp.async per 16 bytes, on one
-  // warp per scheduler, so everything that does not change along K is computed once: each
-  // thread keeps the same activation rows, weight chunks and scale chunk for every stage and
+  // warp per scheduler, so everything that does not change along K is computed once per tile:
+  // each thread keeps the same activation rows, weight chunks and scale chunk for every stage and
   // only adds the stage's offset.
   static constexpr int kActPerThread = kTok * 8 / kProducerThreads;
   static constexpr int kWeightPerThread = kConsumerWarps * WM * 32 / kProducerThreads;
@@ -102,129 +123,151 @@ struct WgmmaTile {
                 "producer threads divide the stage's chunks");
   static_assert(kScaleChunks <= kProducerThreads, "one scale chunk per producer thread at most");
 
+  // Activations: producer thread tid copies chunk tid % 8 of tile rows tid / 8 + 16 i (their
+  // swizzled destinations are one offset apart: row % 8 is the same for all of them).
+  __device__ __forceinline__ static int act_row_of(int tid, int i) { return tid / 8 + 16 * i; }
+
   // Int32 words from a lane's chunk at stage 0 to its chunk at stage s (the same for every
   // n-tile and lane: the packed format stores a tile's K blocks in order).
-  __device__ static int64_t stage_words(int s) {
+  __device__ __forceinline__ static int64_t stage_words(int s) {
     constexpr int kSubsPerBlock = BLOCK_K / kStageK;
     return (int64_t)(s / kSubsPerBlock) * 32 * (BLOCK_K / kTile) + (s % kSubsPerBlock) * 4;
   }
 
-  __device__ static void produce(const MoeParams& p, Smem& sm, int expert) {
-    const int tid = threadIdx.x;
-    const int n_tiles = p.n / kTile;
-    const int k_blocks = p.k / BLOCK_K;
-    const int k_groups = p.k / kGroupSize;
-    const int num_stages = p.k / kStageK;
-    const int row0 = blockIdx.x * kRows;
-
-    // Activations: thread tid copies chunk tid % 8 of rows tid / 8 + 16 i; the swizzled
-    // destination of those rows is one offset apart (row % 8 is the same for all of them).
-    const int chunk = tid % 8;
-    int32_t act_row[kActPerThread];  // -1: no row (zero-filled)
-#pragma unroll
-    for (int i = 0; i < kActPerThread; ++i) act_row[i] = sm.a_row[tid / 8 + 16 * i];
-    const __nv_bfloat16* act_base = p.a + chunk * 8;
-    const uint32_t act_dst0 = sw128_offset(tid / 8, chunk);
-    // Weights: chunk c = tid + 128 i is consumer warp c / (32 WM), m64 tile (c / 32) % WM, lane c % 32.
-    // Int32 offsets inside the expert's weights (N*K/8 words) keep the producer's registers few.
-    const int32_t* w_expert = p.qweight + fragment_chunk_word<BLOCK_K>(expert, 0, 0, 0, n_tiles, k_blocks);
+  // A producer thread's weight and scale sources for one (expert, CTA column tile). Weights:
+  // chunk c = tid + 128 i is consumer warp c / (32 WM), m64 tile (c / 32) % WM, lane c % 32, as
+  // int32 offsets inside the expert's weights (N*K/8 words: keeps the producer's registers few).
+  struct Sources {
+    const int32_t* w_expert;
     int32_t w_word[kWeightPerThread];
+    const __nv_bfloat16* scale;  // this thread's 8 scales of stage 0
+    int scale_bytes;             // 16, or 0: past N or no chunk (zero-filled)
+  };
+
+  __device__ __forceinline__ static Sources sources(const MoeParams& p, int expert, int col_tile) {
+    const int tid = threadIdx.x;
+    const int n_tiles = p.n / kTile, k_blocks = p.k / BLOCK_K, k_groups = p.k / kGroupSize;
+    Sources src;
+    src.w_expert = p.qweight + fragment_chunk_word<BLOCK_K>(expert, 0, 0, 0, n_tiles, k_blocks);
 #pragma unroll
     for (int i = 0; i < kWeightPerThread; ++i) {
       const int c = tid + kProducerThreads * i;
-      const int tile = min(tile_of(c / (WM * 32), (c / 32) % WM), n_tiles - 1);  // clamp: computed, never stored
-      w_word[i] = (int32_t)fragment_chunk_word<BLOCK_K>(0, tile, 0, c % 32, n_tiles, k_blocks);
+      const int tile = min(tile_of(col_tile, c / (WM * 32), (c / 32) % WM), n_tiles - 1);  // clamp: never stored
+      src.w_word[i] = (int32_t)fragment_chunk_word<BLOCK_K>(0, tile, 0, c % 32, n_tiles, k_blocks);
     }
     // Scales: thread tid < kScaleChunks copies 8 scales of group tid / (kRows / 8).
+    const int row0 = col_tile * kRows;
     const int s_grp = tid / (kRows / 8), s_col = (tid % (kRows / 8)) * 8;
-    const bool s_valid = tid < kScaleChunks && row0 + s_col < p.n;
-    const __nv_bfloat16* s_src = p.scale + ((int64_t)expert * k_groups + s_grp) * p.n + (s_valid ? row0 + s_col : 0);
+    const bool valid = tid < kScaleChunks && row0 + s_col < p.n;
+    src.scale = p.scale + ((int64_t)expert * k_groups + s_grp) * p.n + (valid ? row0 + s_col : 0);
+    src.scale_bytes = valid ? 16 : 0;
+    return src;
+  }
 
+  // Stage s (64 columns of K) into ring slot `slot`: weights, scales, and the activation rows
+  // act_row[i] of tile rows act_row_of(tid, i) (-1: no row, zero-filled). Issue only: the caller
+  // arrives on the slot's "full" barrier.
+  __device__ __forceinline__ static void load_stage(const MoeParams& p, Smem& sm, int slot, const Sources& src,
+                                    const int32_t (&act_row)[kActPerThread], int s) {
+    const int tid = threadIdx.x;
+    const int64_t w_off = stage_words(s);
+#pragma unroll
+    for (int i = 0; i < kWeightPerThread; ++i) {
+      const int c = tid + kProducerThreads * i;
+      cp_async_16(&sm.w[slot][c / (WM * 32)][(c / 32) % WM][c % 32], src.w_expert + src.w_word[i] + w_off, 16);
+    }
+    if (tid < kScaleChunks)
+      cp_async_16(&sm.scale[slot][tid / (kRows / 8)][(tid % (kRows / 8)) * 8],
+                  src.scale + (int64_t)s * kGroupsPerStage * p.n, src.scale_bytes);
+    unsigned char* act = reinterpret_cast<unsigned char*>(sm.act[slot]) + sw128_offset(act_row_of(tid, 0), tid % 8);
+    const __nv_bfloat16* act_base = p.a + (tid % 8) * 8 + s * kStageK;
+#pragma unroll
+    for (int i = 0; i < kActPerThread; ++i)
+      cp_async_16(act + i * 16 * 128, act_base + (act_row[i] >= 0 ? (int64_t)act_row[i] * p.lda : 0),
+                  act_row[i] >= 0 ? 16 : 0);
+  }
+
+  __device__ static void produce(const MoeParams& p, Smem& sm, int expert) {
+    const int tid = threadIdx.x;
+    const int num_stages = p.k / kStageK;
+    const Sources src = sources(p, expert, blockIdx.x);
+    int32_t act_row[kActPerThread];
+#pragma unroll
+    for (int i = 0; i < kActPerThread; ++i) act_row[i] = sm.a_row[act_row_of(tid, i)];
     for (int s = 0; s < num_stages; ++s) {
       const int slot = s % STAGES;
       if (s >= STAGES) mbarrier_wait(&sm.empty[slot], ((s / STAGES) + 1) & 1);  // use s/STAGES - 1 released
-      const int64_t w_off = stage_words(s);
-#pragma unroll
-      for (int i = 0; i < kWeightPerThread; ++i) {
-        const int c = tid + kProducerThreads * i;
-        cp_async_16(&sm.w[slot][c / (WM * 32)][(c / 32) % WM][c % 32], w_expert + w_word[i] + w_off, 16);
-      }
-      if (tid < kScaleChunks)
-        cp_async_16(&sm.scale[slot][s_grp][s_col], s_src + (int64_t)s * kGroupsPerStage * p.n, s_valid ? 16 : 0);
-      unsigned char* act = reinterpret_cast<unsigned char*>(sm.act[slot]) + act_dst0;
-#pragma unroll
-      for (int i = 0; i < kActPerThread; ++i)
-        cp_async_16(act + i * 16 * 128, act_base + (act_row[i] >= 0 ? (int64_t)act_row[i] * p.lda : 0) + s * kStageK,
-                    act_row[i] >= 0 ? 16 : 0);
+      load_stage(p, sm, slot, src, act_row, s);
       cp_async_mbarrier_arrive(&sm.full[slot]);
     }
     cp_async_wait<0>();
   }
 
-  __device__ static void consume(const MoeParams& p, Smem& sm) {
+  // Consumer state across stages: the accumulators and two A register sets (one being
+  // dequantized, one being read by the wgmma group in flight).
+  using Acc = float[WM][Mma::kAccRegs];
+  using AFrag = uint32_t[2][WM][4];
+
+  // The consumers' work on ring slot `slot` (full): acc (+)= its 64 columns, 4 k steps, each
+  // step's group left in flight while the next is dequantized. `first` starts the tile: the
+  // first wgmma runs with scale-d = 0 (D = A*B). No zeroing by moves: that makes ptxas serialize
+  // every wgmma once a group stays in flight across the loop's back edge (C7515).
+  __device__ __forceinline__ static void mma_stage(Smem& sm, int slot, Acc& acc, AFrag& afrag, bool first) {
     const int cwarp = threadIdx.x / 32 - kProducerThreads / 32, lane = threadIdx.x % 32;
     const int cwg = cwarp / 4, wi = cwarp % 4;  // consumer warpgroup, warp within it
-    const int n_tiles = p.n / kTile;
-    const int num_stages = p.k / kStageK;
-
-    // No zeroing: the first wgmma runs with scale-d = 0 (D = A*B). Zeroing with ordinary moves
-    // makes ptxas serialize every wgmma once a group stays in flight across the stage loop's
-    // back edge (C7515, measured on the two-m64 tiles).
-    float acc[WM][Mma::kAccRegs];
-    uint32_t afrag[2][WM][4];  // two A register sets: one being dequantized, one being read
-
-    for (int s = 0; s < num_stages; ++s) {
-      const int slot = s % STAGES;
-      mbarrier_wait(&sm.full[slot], (s / STAGES) & 1);
-      fence_proxy_async();  // the cp.async bytes (generic proxy) -> visible to the wgmma reads
-      uint4 w[WM];
-      __nv_bfloat162 s_lo[WM][kGroupsPerStage], s_hi[WM][kGroupsPerStage];
+    fence_proxy_async();  // the cp.async bytes (generic proxy) -> visible to the wgmma reads
+    uint4 w[WM];
+    __nv_bfloat162 s_lo[WM][kGroupsPerStage], s_hi[WM][kGroupsPerStage];
 #pragma unroll
-      for (int m = 0; m < WM; ++m) {
-        w[m] = sm.w[slot][cwarp][m][lane];
-        const int r = (cwg * WM + m) * 64 + wi * kTile + lane / 4;
+    for (int m = 0; m < WM; ++m) {
+      w[m] = sm.w[slot][cwarp][m][lane];
+      const int r = (cwg * WM + m) * 64 + wi * kTile + lane / 4;
 #pragma unroll
-        for (int grp = 0; grp < kGroupsPerStage; ++grp) {
-          s_lo[m][grp] = __bfloat162bfloat162(sm.scale[slot][grp][r]);
-          s_hi[m][grp] = __bfloat162bfloat162(sm.scale[slot][grp][r + 8]);
-        }
-      }
-      const uint64_t desc = sw128_kmajor_desc(sm.act[slot]);
-#pragma unroll
-      for (int kt = 0; kt < kStageK / kTile; ++kt) {
-        const int buf = kt & 1;  // 4 k steps per stage: the parity carries across stages
-#pragma unroll
-        for (int m = 0; m < WM; ++m) {
-          const uint32_t word = kt == 0 ? w[m].x : kt == 1 ? w[m].y : kt == 2 ? w[m].z : w[m].w;
-          dequantize_fragment(word, s_lo[m][kt / 2], s_hi[m][kt / 2], afrag[buf][m]);
-        }
-#pragma unroll
-        for (int m = 0; m < WM; ++m)
-#pragma unroll
-          for (int i = 0; i < Mma::kAccRegs; ++i) fence_operand(acc[m][i]);
-        wgmma_fence();
-#pragma unroll
-        for (int m = 0; m < WM; ++m) Mma::mma(acc[m], afrag[buf][m], desc + 2 * kt, (s | kt) != 0);  // +32 B per k step
-        wgmma_commit_group();
-#pragma unroll
-        for (int m = 0; m < WM; ++m)
-#pragma unroll
-          for (int i = 0; i < Mma::kAccRegs; ++i) fence_operand(acc[m][i]);
-        wgmma_wait_group<1>();  // the previous k step's group is done: its A set may be rewritten
-#pragma unroll
-        for (int m = 0; m < WM; ++m)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) fence_operand(afrag[buf ^ 1][m][i]);
-      }
-      // Every group that read slot s-1 has retired (the last one at this stage's kt == 0), and
-      // so have this warp's loads from it. Each warp releases its own reads (the producer
-      // refills the slot after all 8 arrived); __syncwarp orders the lanes' loads before lane
-      // 0's arrive. (Inside the k loop, the arrive makes ptxas serialize the wgmmas: C7513.)
-      if (s > 0) {
-        __syncwarp();
-        if (lane == 0) mbarrier_arrive(&sm.empty[(s - 1) % STAGES]);
+      for (int grp = 0; grp < kGroupsPerStage; ++grp) {
+        s_lo[m][grp] = __bfloat162bfloat162(sm.scale[slot][grp][r]);
+        s_hi[m][grp] = __bfloat162bfloat162(sm.scale[slot][grp][r + 8]);
       }
     }
+    const uint64_t desc = sw128_kmajor_desc(sm.act[slot]);
+#pragma unroll
+    for (int kt = 0; kt < kStageK / kTile; ++kt) {
+      const int buf = kt & 1;  // 4 k steps per stage: the parity carries across stages
+#pragma unroll
+      for (int m = 0; m < WM; ++m) {
+        const uint32_t word = kt == 0 ? w[m].x : kt == 1 ? w[m].y : kt == 2 ? w[m].z : w[m].w;
+        dequantize_fragment(word, s_lo[m][kt / 2], s_hi[m][kt / 2], afrag[buf][m]);
+      }
+#pragma unroll
+      for (int m = 0; m < WM; ++m)
+#pragma unroll
+        for (int i = 0; i < Mma::kAccRegs; ++i) fence_operand(acc[m][i]);
+      wgmma_fence();
+#pragma unroll
+      for (int m = 0; m < WM; ++m) Mma::mma(acc[m], afrag[buf][m], desc + 2 * kt, !(first && kt == 0));  // +32 B per k step
+      wgmma_commit_group();
+#pragma unroll
+      for (int m = 0; m < WM; ++m)
+#pragma unroll
+        for (int i = 0; i < Mma::kAccRegs; ++i) fence_operand(acc[m][i]);
+      wgmma_wait_group<1>();  // the previous k step's group is done: its A set may be rewritten
+#pragma unroll
+      for (int m = 0; m < WM; ++m)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) fence_operand(afrag[buf ^ 1][m][i]);
+    }
+  }
+
+  // Every group that read earlier slots has retired (the last one at this stage's kt == 0), and
+  // so have this warp's loads from them. Each warp releases its own reads (the producer refills
+  // the slot after all 8 arrived); __syncwarp orders the lanes' loads before lane 0's arrive.
+  // (Inside the k loop, the arrive makes ptxas serialize the wgmmas: C7513.)
+  __device__ __forceinline__ static void release(Smem& sm, int slot) {
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) mbarrier_arrive(&sm.empty[slot]);
+  }
+
+  // Retire every wgmma group; from here the accumulators may be read.
+  __device__ __forceinline__ static void drain(Acc& acc, AFrag& afrag) {
     wgmma_wait_group<0>();
 #pragma unroll
     for (int m = 0; m < WM; ++m) {
@@ -233,23 +276,47 @@ struct WgmmaTile {
 #pragma unroll
       for (int i = 0; i < Mma::kAccRegs; ++i) fence_operand(acc[m][i]);  // no read before the wait
     }
+  }
 
-    // Accumulator j-th n8 chunk: d[4j + {0,1}] = weight row g, tile rows 8j + 2t + {0,1};
-    // d[4j + {2,3}] = weight row g + 8.
+  // Accumulator group i (m64 tile m = i / (BN/8), n8 chunk j = i % (BN/8): 4 floats) of consumer
+  // thread ctid to out[out_rows[...], col_tile's columns], rows -1 skipped: v.x, v.y = weight
+  // row g, tile rows 8j + 2t + {0,1}; v.z, v.w = weight row g + 8.
+  static constexpr int kAccGroups = WM * Mma::kAccRegs / 4;
+  __device__ __forceinline__ static void store4(const MoeParams& p, int ctid, int col_tile, const int32_t* out_rows, int i, float4 v) {
+    const int cwarp = ctid / 32, lane = ctid % 32;
+    const int m = i / (BN / 8), j = i % (BN / 8);
+    const int tile = tile_of(col_tile, cwarp, m);
+    if (tile >= p.n / kTile) return;  // the clamped tiles past N
+    const int col = tile * kTile + lane / 4;
+    const float e[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int m = 0; m < WM; ++m) {
-      const int tile = tile_of(cwarp, m);
-      if (tile >= n_tiles) continue;
-      const int col = tile * kTile + lane / 4;
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int out_row = sm.out_row[8 * j + 2 * (lane % 4) + (i & 1)];
-          if (out_row >= 0) p.out[(int64_t)out_row * p.ldc + col + 8 * (i >> 1)] = __float2bfloat16_rn(acc[m][4 * j + i]);
-        }
-      }
+    for (int h = 0; h < 4; ++h) {
+      const int out_row = out_rows[8 * j + 2 * (lane % 4) + (h & 1)];
+      if (out_row >= 0) p.out[(int64_t)out_row * p.ldc + col + 8 * (h >> 1)] = __float2bfloat16_rn(e[h]);
     }
+  }
+
+  __device__ __forceinline__ static void store(const MoeParams& p, const Acc& acc, int col_tile, const int32_t* out_rows) {
+    const int ctid = threadIdx.x - kProducerThreads;
+#pragma unroll
+    for (int i = 0; i < kAccGroups; ++i) {
+      const float* a = &acc[i / (BN / 8)][4 * (i % (BN / 8))];
+      store4(p, ctid, col_tile, out_rows, i, make_float4(a[0], a[1], a[2], a[3]));
+    }
+  }
+
+  __device__ static void consume(const MoeParams& p, Smem& sm) {
+    const int num_stages = p.k / kStageK;
+    Acc acc;
+    AFrag afrag;
+    for (int s = 0; s < num_stages; ++s) {
+      const int slot = s % STAGES;
+      mbarrier_wait(&sm.full[slot], (s / STAGES) & 1);
+      mma_stage(sm, slot, acc, afrag, s == 0);
+      if (s > 0) release(sm, (s - 1) % STAGES);
+    }
+    drain(acc, afrag);
+    store(p, acc, blockIdx.x, sm.out_row);
   }
 };
 

@@ -8,14 +8,15 @@
 //                      masked_m are neither read nor written.
 // out[row] = a[row] @ dequant(W[expert])^T (same row in and out). Kernels, as in the indexed
 // family: GroupedMmaStreamK (the mma tile on persistent stream-K CTAs, decode and mid batch),
-// GroupedMma (common/w4a16_mma_tile.cuh, up to 64 rows, one CTA per tile) and GroupedWgmma
-// (common/w4a16_wgmma_tile.cuh, 64 or 128 rows, prefill); BLOCK_K is the packed weight's (64
-// contiguous, 128 masked).
+// GroupedMma (common/w4a16_mma_tile.cuh, up to 64 rows, one CTA per tile), GroupedWgmma
+// (common/w4a16_wgmma_tile.cuh, 16-128 rows, one CTA per tile) and GroupedWgmmaStreamK (the wgmma
+// tile on persistent stream-K CTAs); BLOCK_K is the packed weight's (64 contiguous, 128 masked).
 #pragma once
 
 #include "common/moe_params.cuh"
 #include "common/w4a16_mma_streamk.cuh"
 #include "common/w4a16_mma_tile.cuh"
+#include "common/w4a16_wgmma_streamk.cuh"
 #include "common/w4a16_wgmma_tile.cuh"
 
 namespace chord {
@@ -31,11 +32,6 @@ __device__ __forceinline__ void expert_rows(const MoeParams& p, int e, int64_t& 
     count = max(__ldg(p.expert_offsets + e + 1) - first, (int64_t)0);
   }
 }
-
-// Expert of a row tile and its first row and row count, or expert -1 for no work.
-struct Located {
-  int expert, first, rows;
-};
 
 // The y-th tile of kTok rows in expert order (each expert's rows cut into ceil(count / kTok)
 // tiles), for the offsets and masked forms. Warp-collective: all 32 lanes call it with the same
@@ -146,15 +142,20 @@ struct GroupedRowTiles {
       if (ROUTING == kContiguousRows) return (p.num_routes + kTok - 1) / kTok;
       return count_tiles_in_warp<ROUTING, kTok>(p);
     }
-    __device__ static RowRef fetch(const MoeParams& p, int row_tile, int row) {
+    __device__ static Located locate(const MoeParams& p, int row_tile) {
       if (ROUTING == kContiguousRows) {
         const int first = row_tile * kTok;
         const int expert = __ldg(p.m_indices + first);
-        const bool mine = first + row < p.num_routes && __ldg(p.m_indices + first + row) == expert;
-        return {expert >= 0 && expert < p.num_experts ? expert : -1, mine ? first + row : -1};
+        return {expert >= 0 && expert < p.num_experts ? expert : -1, first, min(kTok, p.num_routes - first)};
       }
       const Located at = find_tile_in_warp<ROUTING, kTok>(p, row_tile);
-      return {at.expert >= 0 && at.expert < p.num_experts ? at.expert : -1, row < at.rows ? at.first + row : -1};
+      return {at.expert >= 0 && at.expert < p.num_experts ? at.expert : -1, at.first, at.rows};
+    }
+    __device__ static int32_t route(const MoeParams& p, const Located& at, int row) {
+      if (row >= at.rows) return -1;
+      // DeepGEMM form: rows of another expert (padding, -1) inside the tile are skipped.
+      if (ROUTING == kContiguousRows && __ldg(p.m_indices + at.first + row) != at.expert) return -1;
+      return at.first + row;
     }
     __device__ static int64_t a_row(const MoeParams&, int32_t route) { return route; }
   };
@@ -166,6 +167,9 @@ struct GroupedMmaStreamK
 
 template <int ROUTING, int NT, int TT, int STAGE_K, int STAGES, int BLOCK_K>
 struct GroupedMma : GroupedRows<ROUTING, MmaTile<NT, TT, STAGE_K, STAGES, BLOCK_K>> {};
+
+template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K>
+struct GroupedWgmmaStreamK : WgmmaStreamK<WM, BN, STAGES, BLOCK_K, GroupedRowTiles<ROUTING>::template Of> {};
 
 template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K>
 struct GroupedWgmma : GroupedRows<ROUTING, WgmmaTile<WM, BN, STAGES, BLOCK_K>> {};

@@ -7,12 +7,14 @@
 //   IndexedMma         common/w4a16_mma_tile.cuh, mma.sync, up to 64 rows, one CTA per tile
 //   IndexedMmaStreamK  the same tile on persistent CTAs with stream-K (common/w4a16_mma_streamk.cuh;
 //                      decode: no per-tile pipeline restart, no partly empty last wave)
-//   IndexedWgmma       common/w4a16_wgmma_tile.cuh, wgmma, 64 or 128 rows (prefill)
+//   IndexedWgmma       common/w4a16_wgmma_tile.cuh, wgmma, 16-128 rows, one CTA per tile
+//   IndexedWgmmaStreamK the wgmma tile on persistent stream-K CTAs (common/w4a16_wgmma_streamk.cuh)
 #pragma once
 
 #include "common/moe_params.cuh"
 #include "common/w4a16_mma_streamk.cuh"
 #include "common/w4a16_mma_tile.cuh"
+#include "common/w4a16_wgmma_streamk.cuh"
 #include "common/w4a16_wgmma_tile.cuh"
 
 namespace chord {
@@ -41,22 +43,25 @@ struct IndexedRows {
   }
 };
 
-// The routing's row tiles for the stream-K schedule: every block before num_tokens_padded, cut
-// into ctas_per_block tiles of kTok rows. Out row = route id, activation row = route / top_k.
+// The routing's row tiles for the stream-K schedule (common/streamk_schedule.cuh): every block
+// before num_tokens_padded, cut into ctas_per_block tiles of kTok rows. Route = sorted id (the
+// out row), activation row = route / top_k.
 template <int kTok>
 struct IndexedRowTiles {
   __device__ static int count(const MoeParams& p) {
     const int64_t padded = max(__ldg(p.num_tokens_padded), 0);
     return (int)min((int64_t)p.num_blocks, (padded + p.block_m - 1) / p.block_m) * p.ctas_per_block;
   }
-  __device__ static RowRef fetch(const MoeParams& p, int row_tile, int row) {
+  __device__ static Located locate(const MoeParams& p, int row_tile) {
     const int block = row_tile / p.ctas_per_block;
     const int first = block * p.block_m + (row_tile % p.ctas_per_block) * kTok;
     const int rows = min(min(kTok, (block + 1) * p.block_m - first), p.sorted_len - first);
     const int expert = __ldg(p.expert_ids + block);
-    const int32_t r = row < rows ? __ldg(p.sorted_ids + first + row) : -1;
-    return {expert >= 0 && expert < p.num_experts ? expert : -1,  // never read outside the weights
-            r >= 0 && r < p.num_routes ? r : -1};
+    return {expert >= 0 && expert < p.num_experts ? expert : -1, first, rows};  // never read outside the weights
+  }
+  __device__ static int32_t route(const MoeParams& p, const Located& at, int row) {
+    const int32_t r = row < at.rows ? __ldg(p.sorted_ids + at.first + row) : -1;
+    return r >= 0 && r < p.num_routes ? r : -1;
   }
   __device__ static int64_t a_row(const MoeParams& p, int32_t route) { return route / p.top_k; }
 };
@@ -66,6 +71,9 @@ struct IndexedMmaStreamK : MmaStreamK<NT, TT, STAGE_K, STAGES, kIndexedBlockK, I
 
 template <int NT, int TT, int STAGE_K, int STAGES>
 struct IndexedMma : IndexedRows<MmaTile<NT, TT, STAGE_K, STAGES, kIndexedBlockK>> {};
+
+template <int WM, int BN, int STAGES>
+struct IndexedWgmmaStreamK : WgmmaStreamK<WM, BN, STAGES, kIndexedBlockK, IndexedRowTiles> {};
 
 template <int WM, int BN, int STAGES>
 struct IndexedWgmma : IndexedRows<WgmmaTile<WM, BN, STAGES, kIndexedBlockK>> {};

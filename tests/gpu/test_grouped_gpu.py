@@ -12,6 +12,18 @@ pytestmark = pytest.mark.gpu
 POISON = float("nan")
 
 
+@pytest.fixture(params=["auto", "wgmma_sk"], autouse=True)
+def tile_family(request, monkeypatch):
+    """Every test runs with the dispatch's choice, and again with every tile forced onto the wgmma
+    tile's stream-K schedule (grouped dispatch takes no env override: the test patches its rule)."""
+    from chord_kernels import dispatch, ops
+
+    if request.param != "auto":
+        monkeypatch.setattr(dispatch, "auto_tile_family", lambda rows, k: request.param)
+        monkeypatch.setattr(ops, "_grouped_plans", {})
+    return request.param
+
+
 def weights(e, n, k, mode, seed=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
     codes = torch.randint(0, 16, (e, n, k), generator=g, device="cuda", dtype=torch.uint8)

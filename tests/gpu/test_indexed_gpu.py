@@ -14,7 +14,7 @@ pytestmark = pytest.mark.gpu
 POISON = float("nan")
 
 
-@pytest.fixture(params=["auto", "mma_sk", "mma", "wgmma", "simple"], autouse=True)
+@pytest.fixture(params=["auto", "mma_sk", "wgmma_sk", "mma", "wgmma", "simple"], autouse=True)
 def kernel_family(request, monkeypatch):
     """Every test runs on each indexed kernel family (auto = the dispatch's choice per block size;
     the tensor-core tiles forced at every block size; the simple one is the cross-check)."""
@@ -132,11 +132,11 @@ def test_streamk_split_tiles_and_locks_left_zero(kernel_family):
     many short tiles per CTA; the fix-up locks are zero again after each launch."""
     from chord_kernels import ops
 
-    if kernel_family != "mma_sk":
-        pytest.skip("stream-K schedule only")
-    for shape, tokens in (("tp8_gate_up", 1), ("ep8_gate_up", 1), ("tp8_down", 20)):
+    if kernel_family not in ("mma_sk", "wgmma_sk"):
+        pytest.skip("stream-K schedules only")
+    for shape, tokens in (("tp8_gate_up", 1), ("ep8_gate_up", 1), ("tp8_down", 20), ("ep8_down", 64)):
         problem = make_problem(shape, tokens, seed=31)
-        for block_m in (8, 16):
+        for block_m in (8, 16, 64):
             sorted_ids, expert_ids, ntp = align(problem, block_m)
             out = run_indexed(problem, sorted_ids, expert_ids, ntp, block_m)
             check_against_reference(problem, out, sorted_ids, expert_ids, ntp, block_m)

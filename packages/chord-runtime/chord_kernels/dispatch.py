@@ -3,7 +3,7 @@
 A *problem* is what the caller's shapes say (N, K, experts, top_k, routing block size); a
 *kernel config* is how Chord runs it (family, tiles, launch shape). ``CHORD_PRINT_CONFIGS=1``
 prints each distinct choice once, to stderr. Overrides for experiments and debugging (the default
-is the heuristic below): ``CHORD_W4A16_INDEXED_KERNEL=auto|mma_sk|mma|wgmma|simple`` forces an indexed
+is the heuristic below): ``CHORD_W4A16_INDEXED_KERNEL=auto|mma_sk|wgmma_sk|mma|wgmma|simple`` forces an indexed
 kernel family, ``CHORD_W4A16_TUNING="NT=4,STAGES=4"`` overrides the chosen tensor-core kernel's
 config (NT/TT/STAGE_K/STAGES for mma, WM/BN/STAGES for wgmma), and ``CHORD_W4A16_BLOCK_M`` the
 routing block size Chord asks the framework for.
@@ -18,14 +18,16 @@ from . import env
 from .jit.kernel import DEFAULT_ARCH, KernelSpec
 from .layouts import BLOCK_K_BY_MODE
 
-INDEXED_FAMILIES = ("auto", "mma_sk", "mma", "wgmma", "simple")
+INDEXED_FAMILIES = ("auto", "mma_sk", "wgmma_sk", "mma", "wgmma", "simple")
 MAX_TOKEN_TILES = 8  # n8 token tiles per CTA in the mma kernel (64 routed rows)
 BLOCK_M_CHOICES = (8, 16, 32, 64)  # rows per tile of the mma kernels (grouped tiles too)
 # Routing block sizes Chord asks vLLM for: the mma tile's, plus 128 rows for the wgmma tile.
 INDEXED_BLOCK_M_CHOICES = BLOCK_M_CHOICES + (128,)
-# The wgmma tile takes routing blocks of 64+ rows (prefill) on deep K. Measured (v6 sweep, H200):
-# at K=256 (TP8 down) a CTA runs 4 stages, pipeline fill dominates and the mma tile's 2 CTAs per
-# SM win (T=2048: 418 vs 553 µs); from K=2048 (EP8 down) the wgmma tile wins (1418 vs 1744 µs).
+# The wgmma tile takes routing blocks of 64+ rows (prefill). On deep K one CTA per tile (v6 sweep,
+# H200: from K=2048 it beats the mma tile, 1418 vs 1744 µs at EP8 down T=2048; v10: it also beats
+# its own stream-K schedule there, 6187 vs 8924 µs at EP8 gate_up T=8192). On short K (TP8 down,
+# K=256: 4 stages a tile) pipeline fill dominates a one-CTA tile, and the stream-K schedule's ring
+# across tiles wins (v10: T=8192 1256 vs 1568 µs for the mma tile, T=2048 390 vs 405).
 WGMMA_MIN_BLOCK_M = 64
 WGMMA_MIN_K = 1024
 # Routing blocks up to this many rows run the mma tile on the stream-K schedule (persistent CTAs,
@@ -66,8 +68,10 @@ class Launch:
     cols_per_cta: int  # output columns (weight rows) one CTA covers
     smem_bytes: int = 0  # dynamic shared memory per CTA
     # Stream-K schedule: the grid is every CTA the GPU holds at once (chord_kernels.ops asks the
-    # driver), each with a workspace of this many FP32 partials (0: one CTA per tile, grid below).
+    # driver), each with a workspace of this many FP32 partials (0: one CTA per tile, grid below),
+    # over iterations of this many K columns.
     partial_floats: int = 0
+    iteration_k: int = 0
 
     @property
     def persistent(self) -> bool:
@@ -139,7 +143,7 @@ def streamk_launch(family: str, header: str, body: str, template_args: tuple, nt
     if tt not in (1, 2, 4, 8):
         raise ValueError(f"the stream-K mma kernel takes TT 1, 2, 4 or 8, got {tt}")
     launch = mma_launch(family, header, body, template_args, nt, tt, stage_k, stages, arch, STREAMK_EXTRA_REGS)
-    return replace(launch, partial_floats=2 * 128 * nt * tt * 4)
+    return replace(launch, partial_floats=2 * 128 * nt * tt * 4, iteration_k=stage_k)
 
 
 def streamk_shape(n: int, k: int, rows: int) -> dict[str, int]:
@@ -169,23 +173,45 @@ def indexed_mma(nt: int, tt: int, stage_k: int, stages: int = 3, arch: str = DEF
 
 def wgmma_smem_bytes(wm: int, bn: int, stages: int) -> int:
     """sizeof(WgmmaTile::Smem): per stage the swizzled activation rows (128 bytes each), the 8
-    consumer warps' weight chunks (WM x 512 bytes each), the CTA rows' two scale groups and two
-    mbarriers (full, empty), then two int32 row indices per row."""
+    consumer warps' weight chunks (WM x 512 bytes each), the CTA rows' two scale groups, the
+    stream-K schedule's row ids and two mbarriers (full, empty); then two int32 row indices per
+    row and the stream-K finisher flag (the struct pads to 16 bytes)."""
     rows = 2 * 64 * wm
-    return stages * (bn * 128 + 8 * wm * 512 + 2 * rows * 2 + 16) + bn * 2 * 4
+    return stages * (bn * 128 + 8 * wm * 512 + 2 * rows * 2 + bn * 4 + 16) + bn * 2 * 4 + 16
 
 
 WGMMA_THREADS = 384  # a producer warpgroup + two consumer warpgroups
+WGMMA_STAGE_K = 64  # K columns per ring stage of the wgmma tile (one 128-byte swizzle row)
+
+
+def wgmma_launch(family: str, header: str, body: str, template_args: tuple, wm: int, bn: int, stages: int,
+                 arch: str) -> Launch:
+    """A wgmma tile (csrc/common/w4a16_wgmma_tile.cuh) launch: a producer warpgroup and 2 consumer
+    warpgroups x ``wm`` m64 weight tiles, ``bn`` rows on WGMMA-N; one CTA per SM (its ring fills
+    shared memory; the consumers take 216 registers a thread)."""
+    spec = KernelSpec(family=family, header=header, body=body, params_type="chord::MoeParams",
+                      template_args=template_args, threads=WGMMA_THREADS, min_blocks_per_sm=1, arch=arch)
+    return Launch(spec, rows_per_cta=bn, cols_per_cta=2 * 64 * wm, smem_bytes=wgmma_smem_bytes(wm, bn, stages))
+
+
+def wgmma_streamk_launch(family: str, header: str, body: str, template_args: tuple, wm: int, bn: int, stages: int,
+                         arch: str) -> Launch:
+    """The wgmma tile on the stream-K schedule (csrc/common/w4a16_wgmma_streamk.cuh): persistent
+    CTAs, each with two FP32 partial slots of 256 consumer threads x WM*BN/2 accumulators."""
+    launch = wgmma_launch(family, header, body, template_args, wm, bn, stages, arch)
+    return replace(launch, partial_floats=2 * 256 * wm * bn // 2, iteration_k=WGMMA_STAGE_K)
 
 
 def indexed_wgmma(wm: int, bn: int, stages: int, arch: str = DEFAULT_ARCH) -> Launch:
-    """Indexed routing on the wgmma tile (csrc/common/w4a16_wgmma_tile.cuh): a producer
-    warpgroup and 2 consumer warpgroups x ``wm`` m64 weight tiles, ``bn`` rows on WGMMA-N; one
-    CTA per SM (its ring fills shared memory; the consumers take 216 registers a thread)."""
-    spec = KernelSpec(family="indexed_wgmma", header="indexed/w4a16_indexed_mma.cuh", body="chord::IndexedWgmma",
-                      params_type="chord::MoeParams", template_args=(("WM", wm), ("BN", bn), ("STAGES", stages)),
-                      threads=WGMMA_THREADS, min_blocks_per_sm=1, arch=arch)
-    return Launch(spec, rows_per_cta=bn, cols_per_cta=2 * 64 * wm, smem_bytes=wgmma_smem_bytes(wm, bn, stages))
+    """Indexed routing on the wgmma tile, one CTA per tile."""
+    return wgmma_launch("indexed_wgmma", "indexed/w4a16_indexed_mma.cuh", "chord::IndexedWgmma",
+                        (("WM", wm), ("BN", bn), ("STAGES", stages)), wm, bn, stages, arch)
+
+
+def indexed_wgmma_streamk(wm: int, bn: int, stages: int, arch: str = DEFAULT_ARCH) -> Launch:
+    """Indexed routing on the wgmma tile, stream-K schedule."""
+    return wgmma_streamk_launch("indexed_wgmma_sk", "indexed/w4a16_indexed_mma.cuh", "chord::IndexedWgmmaStreamK",
+                                (("WM", wm), ("BN", bn), ("STAGES", stages)), wm, bn, stages, arch)
 
 
 MMA_TUNABLE = ("NT", "TT", "STAGE_K", "STAGES")
@@ -235,6 +261,17 @@ def wgmma_shape(n: int, rows: int) -> dict[str, int]:
     return {"WM": 2 if n >= 256 else 1, "BN": bn, "STAGES": 6}
 
 
+def wgmma_streamk_shape(n: int, rows: int) -> dict[str, int]:
+    """wgmma_shape on the stream-K schedule: the ring as deep as shared memory allows, up to 8
+    stages (the schedule pays its fill once per CTA, not per tile, so depth is only bytes in
+    flight: 8 stages of 256 weight rows are 64 KB a SM, twice what covers HBM latency)."""
+    cfg = wgmma_shape(n, rows)
+    per_stage = wgmma_smem_bytes(cfg["WM"], cfg["BN"], 2) - wgmma_smem_bytes(cfg["WM"], cfg["BN"], 1)
+    fixed = wgmma_smem_bytes(cfg["WM"], cfg["BN"], 1) - per_stage
+    cfg["STAGES"] = min(8, (SMEM_PER_SM - 1024 - fixed) // per_stage)
+    return cfg
+
+
 def apply_tuning(cfg: dict[str, int], k: int, tuning: str) -> dict[str, int]:
     """Overrides from CHORD_W4A16_TUNING for the keys this config has (an mma config takes
     NT/TT/STAGE_K/STAGES, a wgmma config WM/BN/STAGES; the other family's keys are for the
@@ -259,6 +296,11 @@ def choose_indexed_mma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH
     return indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
 
 
+def choose_indexed_wgmma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
+    cfg = apply_tuning(wgmma_streamk_shape(problem.n, problem.block_m), problem.k, tuning)
+    return indexed_wgmma_streamk(cfg["WM"], cfg["BN"], cfg["STAGES"], arch=arch)
+
+
 def choose_indexed_wgmma(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
     cfg = apply_tuning(wgmma_shape(problem.n, problem.block_m), problem.k, tuning)
     return indexed_wgmma(cfg["WM"], cfg["BN"], cfg["STAGES"], arch=arch)
@@ -272,16 +314,20 @@ def indexed_tuning() -> str:
     return env.get(env.TUNING)
 
 
+def auto_tile_family(rows: int, k: int) -> str:
+    """The ``auto`` kernel for tiles of ``rows`` (an indexed routing block, a grouped tile) on K,
+    shared by both families: for 64+ rows (prefill) the wgmma tile, one CTA per tile on deep K and
+    on the stream-K schedule on short K; the mma tile on the stream-K schedule up to 32 rows
+    (decode, mid batch; the wgmma tile there measured 10-50 % slower, v10); else the mma tile."""
+    if rows >= WGMMA_MIN_BLOCK_M:
+        return "wgmma" if k >= WGMMA_MIN_K else "wgmma_sk"
+    return "mma_sk" if rows <= STREAMK_MAX_BLOCK_M else "mma"
+
+
 def resolve_indexed_family(problem: IndexedProblem, family: str = "auto") -> str:
-    """``auto``: the wgmma tile for routing blocks of 64+ rows on deep K (prefill), the mma tile
-    on the stream-K schedule for blocks of up to 32 rows (decode, mid batch), else the mma tile."""
     if family not in INDEXED_FAMILIES:
         raise ValueError(f"CHORD_W4A16_INDEXED_KERNEL={family!r}; expected one of {', '.join(INDEXED_FAMILIES)}")
-    if family == "auto":
-        if problem.block_m >= WGMMA_MIN_BLOCK_M and problem.k >= WGMMA_MIN_K:
-            return "wgmma"
-        return "mma_sk" if problem.block_m <= STREAMK_MAX_BLOCK_M else "mma"
-    return family
+    return auto_tile_family(problem.block_m, problem.k) if family == "auto" else family
 
 
 def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: str = "auto",
@@ -293,6 +339,8 @@ def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: st
         launch = choose_indexed_wgmma(problem, arch, tuning)
     elif family == "mma_sk":
         launch = choose_indexed_mma_streamk(problem, arch, tuning)
+    elif family == "wgmma_sk":
+        launch = choose_indexed_wgmma_streamk(problem, arch, tuning)
     else:
         launch = choose_indexed_mma(problem, arch, tuning)
     report_choice(problem, launch.spec)
@@ -323,6 +371,9 @@ def indexed_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
             for block_m in (16, 32):  # the wgmma tile's BN 16/32 (family override)
                 small = choose_indexed_wgmma(IndexedProblem(n, k, 1, 1, block_m), arch)
                 seen.setdefault(small.spec.symbol, small)
+            for block_m in (8, 16, 32, 64, 128):  # the wgmma tile on the stream-K schedule (family override)
+                sk = choose_indexed_wgmma_streamk(IndexedProblem(n, k, 1, 1, block_m), arch)
+                seen.setdefault(sk.spec.symbol, sk)
     return list(seen.values())
 
 
@@ -358,12 +409,17 @@ def grouped_mma(routing: str, nt: int, tt: int, stage_k: int, block_k: int, stag
 
 def grouped_wgmma(routing: str, wm: int, bn: int, stages: int, block_k: int, arch: str = DEFAULT_ARCH) -> Launch:
     """Grouped routing on the wgmma tile (the indexed family's prefill tile, same launch shape)."""
-    spec = KernelSpec(family="grouped_wgmma", header="grouped/w4a16_grouped_mma.cuh", body="chord::GroupedWgmma",
-                      params_type="chord::MoeParams",
-                      template_args=(("ROUTING", GROUPED_ROUTINGS[routing]), ("WM", wm), ("BN", bn),
-                                     ("STAGES", stages), ("BLOCK_K", block_k)),
-                      threads=WGMMA_THREADS, min_blocks_per_sm=1, arch=arch)
-    return Launch(spec, rows_per_cta=bn, cols_per_cta=2 * 64 * wm, smem_bytes=wgmma_smem_bytes(wm, bn, stages))
+    return wgmma_launch("grouped_wgmma", "grouped/w4a16_grouped_mma.cuh", "chord::GroupedWgmma",
+                        (("ROUTING", GROUPED_ROUTINGS[routing]), ("WM", wm), ("BN", bn), ("STAGES", stages),
+                         ("BLOCK_K", block_k)), wm, bn, stages, arch)
+
+
+def grouped_wgmma_streamk(routing: str, wm: int, bn: int, stages: int, block_k: int,
+                          arch: str = DEFAULT_ARCH) -> Launch:
+    """Grouped routing on the wgmma tile, stream-K schedule."""
+    return wgmma_streamk_launch("grouped_wgmma_sk", "grouped/w4a16_grouped_mma.cuh", "chord::GroupedWgmmaStreamK",
+                                (("ROUTING", GROUPED_ROUTINGS[routing]), ("WM", wm), ("BN", bn), ("STAGES", stages),
+                                 ("BLOCK_K", block_k)), wm, bn, stages, arch)
 
 
 def grouped_mma_streamk(routing: str, nt: int, tt: int, stage_k: int, block_k: int, stages: int = 3,
@@ -376,13 +432,16 @@ def grouped_mma_streamk(routing: str, nt: int, tt: int, stage_k: int, block_k: i
 
 
 def grouped_launch(routing: str, n: int, k: int, rows: int, block_k: int, arch: str = DEFAULT_ARCH) -> Launch:
-    """The grouped kernel for a tile of ``rows`` (grouped_tile_rows), by the indexed rules: the
-    wgmma tile for 64+ rows on K >= 1024, the mma tile on the stream-K schedule up to 32 rows,
-    else the mma tile."""
-    if rows >= WGMMA_MIN_BLOCK_M and k >= WGMMA_MIN_K:
+    """The grouped kernel for a tile of ``rows`` (grouped_tile_rows), by the indexed family's
+    rule (auto_tile_family) and shapes."""
+    family = auto_tile_family(rows, k)
+    if family == "wgmma":
         cfg = wgmma_shape(n, rows)
         return grouped_wgmma(routing, cfg["WM"], cfg["BN"], cfg["STAGES"], block_k, arch)
-    if rows <= STREAMK_MAX_BLOCK_M:
+    if family == "wgmma_sk":
+        cfg = wgmma_streamk_shape(n, rows)
+        return grouped_wgmma_streamk(routing, cfg["WM"], cfg["BN"], cfg["STAGES"], block_k, arch)
+    if family == "mma_sk":
         cfg = streamk_shape(n, k, rows)
         return grouped_mma_streamk(routing, cfg["NT"], cfg["TT"], cfg["STAGE_K"], block_k, cfg["STAGES"], arch)
     cfg = mma_shape(n, k, rows)

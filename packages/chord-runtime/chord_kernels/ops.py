@@ -101,7 +101,7 @@ def _launch_grid(kernel: LoadedKernel, launch: Launch, device: torch.device, k: 
     one-CTA-per-tile grid: (column tiles, row tiles the buffers can hold)."""
     if launch.persistent:
         # the kernel counts (row tile, column tile, K stage) iterations in int32
-        iterations = tiled[0] * tiled[1] * (k // launch.spec.config["STAGE_K"])
+        iterations = tiled[0] * tiled[1] * (k // launch.iteration_k)
         _require(iterations < 2**31, f"{what}: up to {iterations} stream-K iterations, over 2^31: not supported")
         grid = (_resident_ctas(kernel, launch, device), 1, 1)
         return grid, _streamk_scratch(launch, device, grid[0])

@@ -1,0 +1,218 @@
+// The stream-K schedule shared by the tensor-core consumers (common/w4a16_mma_streamk.cuh for the
+// mma tile, common/w4a16_wgmma_streamk.cuh for the wgmma tile).
+//
+// The work is the flat sequence of iterations (row tile, CTA column tile, K stage), stage
+// fastest. The grid is every CTA the GPU holds at once; whole waves of tiles go round-robin over
+// the CTAs, and the rest (the last one to two waves) is split into equal contiguous runs of
+// iterations, one per CTA (StreamKWork). Every CTA streams the same number of weight bytes, and
+// its ring runs on across tile boundaries (no per-tile refill, no partly empty last wave).
+//
+// A tile cut by a run boundary is summed deterministically: every contributing CTA writes its
+// FP32 partial to a workspace slot of its own (slot 0: the tile began in an earlier CTA's run,
+// slot 1: it continues into a later one), counts itself on the lock of the tile's first CTA, and
+// the last to arrive adds the partials in CTA order — the same order whoever finishes — stores
+// the tile and re-zeroes the lock for the next launch. No CTA ever waits for another.
+//
+// A family describes its row tiles with ROW_TILES<kTok> (read on the device, no host sync):
+//   count(p)               row tiles
+//   locate(p, row_tile)    -> Located {expert (-1: no work), first, rows}
+//   route(p, at, row)      -> the route id of tile row `row` (-1: none); it is the out row
+//   a_row(p, route)        -> the activation row of a route
+#pragma once
+
+#include <stdint.h>
+
+#include "common/moe_params.cuh"
+
+namespace chord {
+
+// A row tile: its expert (-1: no work — not a local expert, or past the routed rows) and where
+// its rows start in the family's row space, with how many there are.
+struct Located {
+  int expert, first, rows;
+};
+
+struct RowRef {
+  int expert;     // -1: the tile has no work
+  int32_t route;  // -1: no row
+};
+
+template <class Rows>
+__device__ __forceinline__ RowRef fetch_row(const MoeParams& p, int row_tile, int row) {
+  const Located at = Rows::locate(p, row_tile);
+  return {at.expert, at.expert >= 0 ? Rows::route(p, at, row) : -1};
+}
+
+// The work of one launch: tiles = row tiles x column tiles, each `stages` K iterations; tile t is
+// row tile t / col_tiles, column tile t % col_tiles (consecutive tiles share their rows).
+//   Data-parallel part: tiles [0, dp_tiles), whole waves of the grid: CTA c runs tiles c, c + G,
+//   c + 2G, ... So at any moment the CTAs work on neighbouring tiles — the same rows, the same
+//   expert's weights — and those stay in L2, as with one CTA per tile (prefill: a stream-K run of
+//   whole row tiles per CTA re-read each CTA's activation rows from DRAM for every column tile).
+//   Stream-K part: the last one to two waves' iterations, [dp_tiles * stages, tiles * stages),
+//   split into equal contiguous runs, one per CTA: no partly empty last wave. With fewer tiles than
+//   CTAs (decode) it is all of the work.
+// Short K (K < kDataParallelMinK) runs all of it as stream-K: a tile is then one to four stages,
+// and a contiguous run keeps one row tile (its indices, its activation rows) for many tiles,
+// where the round-robin order fetched a new row tile's indices every tile (measured, H200, TP8
+// down K=256: 53 -> 68 µs at T=20, 1256 -> 1356 µs at T=8192).
+constexpr int kDataParallelMinK = 1024;
+
+struct StreamKWork {
+  int col_tiles, stages;
+  int dp_tiles;  // a multiple of the grid
+  int sk_run;    // stream-K iterations per CTA
+  int sk0, sk1;  // this CTA's stream-K iterations [sk0, sk1), counted from the launch's first
+
+  __device__ StreamKWork(int row_tiles, int col_tiles_, int stages_, int k)
+      : col_tiles(col_tiles_), stages(stages_) {
+    const int grid = gridDim.x, tiles = row_tiles * col_tiles;
+    const int waves = tiles / grid, rem = tiles - waves * grid;
+    dp_tiles = k < kDataParallelMinK ? 0 : rem == 0 ? tiles : max(waves - 1, 0) * grid;
+    const int base = dp_tiles * stages, sk_total = (tiles - dp_tiles) * stages;
+    sk_run = (sk_total + grid - 1) / grid;
+    sk0 = base + min((int)blockIdx.x * sk_run, sk_total);
+    sk1 = base + min((int)blockIdx.x * sk_run + sk_run, sk_total);
+  }
+  __device__ int dp_count() const { return dp_tiles / gridDim.x; }  // this CTA's whole tiles
+  __device__ int iterations() const { return dp_count() * stages + (sk1 - sk0); }
+  // The tile whose iterations start at `first` is this CTA's alone (no fix-up).
+  __device__ bool owns(int first) const { return first < dp_tiles * stages || (first >= sk0 && first + stages <= sk1); }
+  // The CTA whose stream-K run holds iteration g.
+  __device__ int cta_of(int g) const { return (g - dp_tiles * stages) / sk_run; }
+};
+
+// A walk over one CTA's work, one iteration at a time, as segments: (tile, its stages [s, s_end)).
+// Whole tiles first, then the stream-K run (whose first and last tiles may be partial). Carries the
+// ring slot of the iteration and the slot's use parity. Producer and consumers walk the same way.
+template <int STAGES>
+struct StreamKWalk {
+  int tile, row_tile, col, s, s_end;
+  int slot = 0, phase = 0;
+  int dp_index = 0;  // whole tiles begun
+  bool in_sk = false;
+
+  __device__ explicit StreamKWalk(const StreamKWork& w) {
+    if (w.dp_count() > 0) seek(w, blockIdx.x, 0, w.stages);
+    else enter_sk(w);
+  }
+  __device__ void seek(const StreamKWork& w, int t, int s0, int s1) {
+    tile = t, row_tile = t / w.col_tiles, col = t - row_tile * w.col_tiles, s = s0, s_end = s1;
+  }
+  __device__ void enter_sk(const StreamKWork& w) {
+    in_sk = true;
+    const int t = w.sk0 / w.stages;
+    seek(w, t, w.sk0 - t * w.stages, min(w.stages, w.sk1 - t * w.stages));
+  }
+  // After an iteration: the next slot, the next stage of the segment.
+  __device__ void step() {
+    if (++slot == STAGES) slot = 0, phase ^= 1;
+    ++s;
+  }
+  __device__ bool segment_done() const { return s == s_end; }
+  __device__ int first_iteration(const StreamKWork& w) const { return tile * w.stages; }
+  // Move to the next segment; false when the CTA's work is done.
+  __device__ bool next_segment(const StreamKWork& w) {
+    if (!in_sk) {
+      if (++dp_index < w.dp_count()) {
+        seek(w, blockIdx.x + dp_index * gridDim.x, 0, w.stages);
+        return true;
+      }
+      if (w.sk0 >= w.sk1) return false;
+      enter_sk(w);
+      return true;
+    }
+    const int t = tile + 1;
+    if (t * w.stages >= w.sk1) return false;
+    seek(w, t, 0, min(w.stages, w.sk1 - t * w.stages));
+    return true;
+  }
+  // The row tile of the segment after this one (-1: none).
+  __device__ int following_row_tile(const StreamKWork& w) const {
+    StreamKWalk ahead = *this;
+    return ahead.next_segment(w) ? ahead.row_tile : -1;
+  }
+};
+
+// The loader's row indices (Data: what a thread keeps of one row tile), for the current segment's
+// row tile and, read one segment ahead, the next different row tile's: the index loads of a row
+// tile are in flight while the one before it streams.
+template <class Data>
+struct RowTilesAhead {
+  Data cur, next;
+  int cur_rt, next_rt = -1;
+
+  template <class Walk, class Fetch>
+  __device__ RowTilesAhead(const Walk& walk, const StreamKWork& w, Fetch fetch)
+      : cur(fetch(walk.row_tile)), next(cur), cur_rt(walk.row_tile) {
+    prefetch(walk, w, fetch);
+  }
+  // At a new segment: its row tile's data (fetched ahead), then the following one's in flight.
+  template <class Walk, class Fetch>
+  __device__ void on_segment(const Walk& walk, const StreamKWork& w, Fetch fetch) {
+    if (walk.row_tile != cur_rt) cur = next, cur_rt = walk.row_tile;
+    prefetch(walk, w, fetch);
+  }
+  template <class Walk, class Fetch>
+  __device__ void prefetch(const Walk& walk, const StreamKWork& w, Fetch fetch) {
+    const int f = walk.following_row_tile(w);
+    if (f >= 0 && f != cur_rt && f != next_rt) next = fetch(f), next_rt = f;
+  }
+};
+
+// Split-tile fix-up for a stream-K tile whose iterations are [first, first + stages), by the kThreads
+// threads (tid 0..kThreads-1) that hold its kAcc accumulators each; `sync` is a barrier over
+// exactly those threads. Writes this CTA's partial and counts it; returns true in the CTA that
+// adds the tile up (the last contributor), which then calls streamk_store_sum.
+template <int kThreads, int kAcc>
+struct StreamKFixup {
+  static_assert(kAcc % 4 == 0, "partials move as float4");
+
+  __device__ static float4* partial(const MoeParams& p, int cta, int slot, int tid) {
+    return reinterpret_cast<float4*>(p.workspace + ((int64_t)(cta * 2 + slot) * kThreads + tid) * kAcc);
+  }
+
+  template <class Sync>
+  __device__ static bool contribute(const MoeParams& p, const StreamKWork& w, const float* acc, int first, int tid,
+                                    int32_t* flag, Sync sync) {
+    const int c0 = w.cta_of(first), c1 = w.cta_of(first + w.stages - 1);  // contributing CTAs, in order
+    float4* mine = partial(p, blockIdx.x, first < w.sk0 ? 0 : 1, tid);
+#pragma unroll
+    for (int i = 0; i < kAcc / 4; ++i) __stcg(mine + i, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+    __threadfence();  // partial visible device-wide before the count says so
+    sync();
+    if (tid == 0) *flag = atomicAdd(p.locks + c0, 1) == c1 - c0;
+    sync();
+    if (!*flag) return false;  // uniform over the threads
+    __threadfence();
+    if (tid == 0) p.locks[c0] = 0;  // every contributor has counted: ready for the next launch
+    return true;
+  }
+
+  // The finisher: the contributors' partials added in CTA order, kChunk accumulators at a time
+  // (their loads in flight together), each group of 4 handed to store4(group, float4).
+  template <int kChunk, class Store4>
+  __device__ static void store_sum(const MoeParams& p, const StreamKWork& w, int first, int tid, Store4 store4) {
+    static_assert(kAcc % kChunk == 0 && kChunk % 4 == 0, "chunks of whole float4 groups");
+    const int c0 = w.cta_of(first), c1 = w.cta_of(first + w.stages - 1);
+#pragma unroll
+    for (int i0 = 0; i0 < kAcc / 4; i0 += kChunk / 4) {
+      float4 sum[kChunk / 4];
+      const float4* head = partial(p, c0, 1, tid);
+#pragma unroll
+      for (int i = 0; i < kChunk / 4; ++i) sum[i] = __ldcg(head + i0 + i);
+      for (int c = c0 + 1; c <= c1; ++c) {  // CTA order: deterministic
+        const float4* src = partial(p, c, 0, tid);
+#pragma unroll
+        for (int i = 0; i < kChunk / 4; ++i) {
+          const float4 v = __ldcg(src + i0 + i);
+          sum[i].x += v.x, sum[i].y += v.y, sum[i].z += v.z, sum[i].w += v.w;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kChunk / 4; ++i) store4(i0 + i, sum[i]);
+    }
+  }
+};
+
+}  // namespace chord

@@ -1,0 +1,155 @@
+// The wgmma tile (common/w4a16_wgmma_tile.cuh) on the stream-K schedule
+// (common/streamk_schedule.cuh): persistent CTAs, one mbarrier ring across tile boundaries.
+//
+// Why: with one CTA per tile the wgmma tile restarts its ring for every tile (a TP8 down tile is
+// 4 stages of K=256: fill and epilogue are most of its life) and the last wave runs partly
+// empty; at mid batch (blocks of 16-32 rows) that made it slower than the stream-K mma tile
+// although it issues far fewer instructions per weight byte (docs/design/indexed-kernels.md v9b).
+//
+// The producer warpgroup walks the CTA's run: per iteration it waits for the slot to be free,
+// writes the slot's tile rows (route ids) with plain stores, issues the slot's copies and arrives
+// twice on "full" (the cp.async arrive when its copies land, and an ordinary arrive that
+// releases its row-id stores). It reads the next row tile's indices one tile ahead. The two
+// consumer warpgroups walk the same run: wait "full", dequantize and issue the stage's wgmmas,
+// release the previous slot; at a tile's last iteration in the run they retire every group, store
+// the tile (or their partial: split-tile fix-up over a named barrier of the 256 consumer threads,
+// the producer never joins it), release the slot and start the next tile with scale-d = 0.
+#pragma once
+
+#include "common/mbarrier_sm90.cuh"
+#include "common/moe_params.cuh"
+#include "common/streamk_schedule.cuh"
+#include "common/w4a16_wgmma_tile.cuh"
+
+namespace chord {
+
+template <int WM, int BN, int STAGES, int BLOCK_K, template <int> class ROW_TILES>
+struct WgmmaStreamK {
+  using Tile = WgmmaTile<WM, BN, STAGES, BLOCK_K>;
+  using Smem = typename Tile::Smem;
+  using Rows = ROW_TILES<BN>;
+  using Walk = StreamKWalk<STAGES>;
+  static constexpr int kThreads = Tile::kThreads;
+  static constexpr int kProducerThreads = Tile::kProducerThreads;
+  static constexpr int kConsumerThreads = kThreads - kProducerThreads;
+  static constexpr int kRows = Tile::kRows;
+  static constexpr int kActPerThread = Tile::kActPerThread;
+  static constexpr int kAcc = WM * Tile::Mma::kAccRegs;  // FP32 accumulators per consumer thread
+  static constexpr int kSumChunk = kAcc < 16 ? kAcc : 16;  // the finisher's sums in flight (registers)
+  using Fixup = StreamKFixup<kConsumerThreads, kAcc>;
+  // The producer walks the schedule and keeps two row tiles' indices: it needs more registers
+  // than the one-tile producer (at 64-88 it spilled), the consumers a little fewer.
+  static constexpr int kProducerRegs = 104;
+  static constexpr int kConsumerRegs = 200;
+  static_assert(Tile::regs_fit(kProducerRegs, kConsumerRegs), "setmaxnreg: consumers would wait for registers forever");
+
+  // The host keeps row tiles x column tiles x stages under 2^31 (chord_kernels/ops.py).
+  __device__ static void run(const MoeParams& p) {
+    Smem& sm = Tile::smem();
+    const StreamKWork w(Rows::count(p), (p.n + kRows - 1) / kRows, p.k / Tile::kStageK, p.k);
+    if (w.iterations() == 0) return;  // uniform per CTA, before any barrier
+    Tile::init_barriers(sm, 2 * kProducerThreads);
+    __syncthreads();  // the last CTA-wide barrier: from here the warpgroups sync by mbarrier
+    if (threadIdx.x < kProducerThreads) {
+      warpgroup_reg_dealloc<kProducerRegs>();
+      produce(p, sm, w);
+    } else {
+      warpgroup_reg_alloc<kConsumerRegs>();
+      consume(p, sm, w);
+    }
+  }
+
+  // A producer thread's tile rows (Tile::act_row_of) of one row tile: route ids, -1 = none.
+  struct RowIds {
+    int expert;
+    int32_t route[kActPerThread];
+  };
+
+  __device__ static RowIds row_ids(const MoeParams& p, int row_tile) {
+    const Located at = Rows::locate(p, row_tile);
+    RowIds ids;
+    ids.expert = at.expert;
+#pragma unroll
+    for (int i = 0; i < kActPerThread; ++i)
+      ids.route[i] = at.expert >= 0 ? Rows::route(p, at, Tile::act_row_of(threadIdx.x, i)) : -1;
+    return ids;
+  }
+
+  __device__ static void produce(const MoeParams& p, Smem& sm, const StreamKWork& w) {
+    const int tid = threadIdx.x;
+    const int iterations = w.iterations();
+    Walk ld(w);
+    auto fetch = [&](int row_tile) { return row_ids(p, row_tile); };
+    RowTilesAhead<RowIds> rows(ld, w, fetch);
+    typename Tile::Sources src;
+    int32_t act_row[kActPerThread];
+    auto new_tile = [&]() {
+      const RowIds& cur = rows.cur;
+      if (cur.expert >= 0) src = Tile::sources(p, cur.expert, ld.col);
+#pragma unroll
+      for (int i = 0; i < kActPerThread; ++i) act_row[i] = cur.route[i] >= 0 ? (int32_t)Rows::a_row(p, cur.route[i]) : -1;
+    };
+    new_tile();
+    for (int it = 0; it < iterations; ++it) {
+      const int slot = ld.slot;
+      if (it >= STAGES) mbarrier_wait(&sm.empty[slot], ld.phase ^ 1);  // the slot's previous use released
+      if (tid % 8 == 0)
+#pragma unroll
+        for (int i = 0; i < kActPerThread; ++i) sm.route[slot][Tile::act_row_of(tid, i)] = rows.cur.route[i];
+      if (rows.cur.expert >= 0) Tile::load_stage(p, sm, slot, src, act_row, ld.s);
+      cp_async_mbarrier_arrive(&sm.full[slot]);
+      mbarrier_arrive(&sm.full[slot]);  // orders the row-id stores before the consumers' reads
+      ld.step();
+      if (it + 1 < iterations && ld.segment_done()) {
+        ld.next_segment(w);
+        rows.on_segment(ld, w, fetch);
+        new_tile();
+      }
+    }
+    cp_async_wait<0>();
+  }
+
+  __device__ static void consume(const MoeParams& p, Smem& sm, const StreamKWork& w) {
+    const int ctid = threadIdx.x - kProducerThreads;
+    const int iterations = w.iterations();
+    typename Tile::Acc acc;
+    typename Tile::AFrag afrag;
+    Walk at(w);
+    int held = -1;  // the slot read by the group still in flight, released after the next stage's first step
+    bool first = true;
+    for (int it = 0; it < iterations; ++it) {
+      const int slot = at.slot;
+      mbarrier_wait(&sm.full[slot], at.phase);
+      Tile::mma_stage(sm, slot, acc, afrag, first);
+      if (held >= 0) Tile::release(sm, held);
+      held = slot, first = false;
+      at.step();
+      if (at.segment_done()) {
+        Tile::drain(acc, afrag);
+        finish_tile(p, sm, acc, at.first_iteration(w), w, at.col, sm.route[slot], ctid);
+        Tile::release(sm, slot);  // the epilogue has read the slot's row ids
+        held = -1, first = true;
+        if (it + 1 < iterations) at.next_segment(w);
+      }
+    }
+    // Every group retired at the last tile's end already; said again here because ptxas cannot
+    // prove it on the loop's exit path, and otherwise injects waits that serialize the wgmmas.
+    Tile::drain(acc, afrag);
+  }
+
+  // End of this CTA's part of the tile whose iterations start at `first`.
+  __device__ static void finish_tile(const MoeParams& p, Smem& sm, const typename Tile::Acc& acc, int first,
+                                     const StreamKWork& w, int col, const int32_t* routes, int ctid) {
+    if (w.owns(first)) {
+      Tile::store(p, acc, col, routes);
+      return;
+    }
+    if (!Fixup::contribute(p, w, &acc[0][0], first, ctid, &sm.finisher,
+                           [] { named_barrier_sync<1, kConsumerThreads>(); }))
+      return;
+    Fixup::template store_sum<kSumChunk>(p, w, first, ctid,
+                                         [&](int i, float4 v) { Tile::store4(p, ctid, col, routes, i, v); });
+  }
+};
+
+}  // namespace chord
