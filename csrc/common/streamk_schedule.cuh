@@ -122,9 +122,10 @@ struct StreamKWalk {
       enter_sk(w);
       return true;
     }
-    const int t = tile + 1;
-    if (t * w.stages >= w.sk1) return false;
-    seek(w, t, 0, min(w.stages, w.sk1 - t * w.stages));
+    // Consecutive tiles, without a division (at K=256 a tile is one iteration).
+    if ((tile + 1) * w.stages >= w.sk1) return false;
+    ++tile, s = 0, s_end = min(w.stages, w.sk1 - tile * w.stages);
+    if (++col == w.col_tiles) col = 0, ++row_tile;
     return true;
   }
   // The row tile of the first later segment on another row tile (-1: none): the one whose

@@ -129,10 +129,11 @@ def mma_launch(family: str, header: str, body: str, template_args: tuple, nt: in
     return Launch(spec, rows_per_cta=8 * tt, cols_per_cta=4 * nt * 16, smem_bytes=smem)
 
 
-# Registers the stream-K kernel holds beyond the tile's (per-tile copy sources, two cursors, the
-# prefetched row indices): ptxas -v on sm_90a, 24-40 over the one-CTA-per-tile kernel; with
-# less, the TT=4 configs spilled at the occupancy the tile's estimate alone allowed.
-STREAMK_EXTRA_REGS = 40
+# Registers the stream-K kernel holds beyond the tile's (per-tile copy sources, two schedule
+# walks, the prefetched row indices): ptxas -v on sm_90a, 24-56 over the one-CTA-per-tile kernel;
+# with less, the TT=4 configs spilled at the occupancy the tile's estimate alone allowed (40 held
+# until the walk of v10; NT=2 TT=4 now runs 2 CTAs an SM, no benchmark point uses it).
+STREAMK_EXTRA_REGS = 56
 
 
 def streamk_launch(family: str, header: str, body: str, template_args: tuple, nt: int, tt: int,
@@ -439,7 +440,9 @@ def grouped_launch(routing: str, n: int, k: int, rows: int, block_k: int, arch: 
         cfg = wgmma_shape(n, rows)
         return grouped_wgmma(routing, cfg["WM"], cfg["BN"], cfg["STAGES"], block_k, arch)
     if family == "wgmma_sk":
-        cfg = wgmma_streamk_shape(n, rows)
+        # At most 64 rows a tile: with 128, the offsets/masked producer (its warp scan for the tile
+        # plus two row tiles' indices) spilled. Short K only; no Kimi EP shape reaches it.
+        cfg = wgmma_streamk_shape(n, min(rows, 64))
         return grouped_wgmma_streamk(routing, cfg["WM"], cfg["BN"], cfg["STAGES"], block_k, arch)
     if family == "mma_sk":
         cfg = streamk_shape(n, k, rows)
