@@ -41,7 +41,6 @@ struct WgmmaStreamK {
   // than the one-tile producer (at 64-88 it spilled), the consumers a little fewer.
   static constexpr int kProducerRegs = 104;
   static constexpr int kConsumerRegs = 200;
-  static_assert(Tile::regs_fit(kProducerRegs, kConsumerRegs), "setmaxnreg: consumers would wait for registers forever");
 
   // The host keeps row tiles x column tiles x stages under 2^31 (chord_kernels/ops.py).
   __device__ static void run(const MoeParams& p) {
@@ -49,14 +48,7 @@ struct WgmmaStreamK {
     const StreamKWork w(Rows::count(p), (p.n + kRows - 1) / kRows, p.k / Tile::kStageK, p.k);
     if (w.iterations() == 0) return;  // uniform per CTA, before any barrier
     Tile::init_barriers(sm, 2 * kProducerThreads);
-    __syncthreads();  // the last CTA-wide barrier: from here the warpgroups sync by mbarrier
-    if (threadIdx.x < kProducerThreads) {
-      warpgroup_reg_dealloc<kProducerRegs>();
-      produce(p, sm, w);
-    } else {
-      warpgroup_reg_alloc<kConsumerRegs>();
-      consume(p, sm, w);
-    }
+    Tile::template split_roles<kProducerRegs, kConsumerRegs>([&] { produce(p, sm, w); }, [&] { consume(p, sm, w); });
   }
 
   // A producer thread's tile rows (Tile::act_row_of) of one row tile: route ids, -1 = none.

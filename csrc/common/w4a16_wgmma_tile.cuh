@@ -46,7 +46,6 @@ struct WgmmaTile {
   // One tile per CTA: the producer only adds stage offsets; the consumers get the rest.
   static constexpr int kProducerRegs = 72;
   static constexpr int kConsumerRegs = 216;
-  static_assert(regs_fit(kProducerRegs, kConsumerRegs), "setmaxnreg: consumers would wait for registers forever");
   static constexpr int kRows = kConsumerWarpgroups * WM * 64;  // weight rows (output columns) per CTA
   static constexpr int kTok = BN;                               // activation rows per CTA
   static constexpr int kStageK = 64;                            // one 128-byte swizzle row of BF16
@@ -94,17 +93,25 @@ struct WgmmaTile {
     }
   }
 
+  // Hands the CTA to its roles after one last CTA-wide barrier (from there the warpgroups sync by
+  // mbarrier): warpgroup 0 produces with P registers a thread, the others consume with C.
+  template <int P, int C, class Produce, class Consume>
+  __device__ __forceinline__ static void split_roles(Produce&& produce, Consume&& consume) {
+    static_assert(regs_fit(P, C), "setmaxnreg: consumers would wait for registers forever");
+    __syncthreads();
+    if (threadIdx.x < kProducerThreads) {
+      warpgroup_reg_dealloc<P>();
+      produce();
+    } else {
+      warpgroup_reg_alloc<C>();
+      consume();
+    }
+  }
+
   // Requires sm.a_row / sm.out_row filled and a barrier after it; all kThreads threads call it.
   __device__ static void run(const MoeParams& p, Smem& sm, int expert) {
     init_barriers(sm, kProducerThreads);
-    __syncthreads();  // the last CTA-wide barrier: from here the warpgroups sync by mbarrier
-    if (threadIdx.x < kProducerThreads) {
-      warpgroup_reg_dealloc<kProducerRegs>();
-      produce(p, sm, expert);
-    } else {
-      warpgroup_reg_alloc<kConsumerRegs>();
-      consume(p, sm);
-    }
+    split_roles<kProducerRegs, kConsumerRegs>([&] { produce(p, sm, expert); }, [&] { consume(p, sm); });
   }
 
   // n-tile of consumer warp `cwarp` (0..7), m64 tile m, in CTA column tile `col_tile`.
