@@ -189,7 +189,7 @@ def wgmma_launch(family: str, header: str, body: str, template_args: tuple, wm: 
                  arch: str) -> Launch:
     """A wgmma tile (csrc/common/w4a16_wgmma_tile.cuh) launch: a producer warpgroup and 2 consumer
     warpgroups x ``wm`` m64 weight tiles, ``bn`` rows on WGMMA-N; one CTA per SM (its ring fills
-    shared memory; the consumers take 216 registers a thread)."""
+    shared memory; the consumers take 216 registers a thread, 200 on the stream-K schedule)."""
     spec = KernelSpec(family=family, header=header, body=body, params_type="chord::MoeParams",
                       template_args=template_args, threads=WGMMA_THREADS, min_blocks_per_sm=1, arch=arch)
     return Launch(spec, rows_per_cta=bn, cols_per_cta=2 * 64 * wm, smem_bytes=wgmma_smem_bytes(wm, bn, stages))
