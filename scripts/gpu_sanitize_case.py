@@ -44,25 +44,23 @@ if ONLY:
 # Grouped family: contiguous offsets (unaligned, over-allocated rows) and masked (rows past masked_m).
 from chord_kernels import contiguous_offsets, masked  # noqa: E402
 
-e, n, k = 4, 80, 256
-codes = torch.randint(0, 16, (e, n, k), generator=g, dtype=torch.uint8)
-scale = (torch.rand(e, n, k // 32, generator=g) * 0.05).to(torch.bfloat16)
-counts = torch.tensor([3, 0, 17, 9], dtype=torch.int32)
-offsets = routing.counts_to_offsets(counts).to("cuda")
-a = torch.randn(40, k, generator=g).to(torch.bfloat16).to("cuda")
-contiguous_offsets(a, layouts.pack_w4a16(codes, scale, "contiguous").to("cuda"), offsets, expected_m=8)
-masked(a[:32], layouts.pack_w4a16(codes, scale, "masked").to("cuda"), counts.clamp_max(8).to("cuda"), 4)
-torch.cuda.synchronize()
-print("sanitize case ok: grouped contiguous_offsets + masked")
 
-# Grouped on the wgmma tile (64+ rows per expert, K >= 1024): ragged experts, an empty one.
-e, n, k = 4, 256, 1024
-codes = torch.randint(0, 16, (e, n, k), generator=g, dtype=torch.uint8)
-scale = (torch.rand(e, n, k // 32, generator=g) * 0.05).to(torch.bfloat16)
-counts = torch.tensor([70, 0, 130, 9], dtype=torch.int32)
-offsets = routing.counts_to_offsets(counts).to("cuda")
-a = torch.randn(220, k, generator=g).to(torch.bfloat16).to("cuda")
-contiguous_offsets(a, layouts.pack_w4a16(codes, scale, "contiguous").to("cuda"), offsets, expected_m=100)
-masked(a[:4 * 55], layouts.pack_w4a16(codes, scale, "masked").to("cuda"), counts.clamp_max(55).to("cuda"), 80)
-torch.cuda.synchronize()
-print("sanitize case ok: grouped wgmma contiguous_offsets + masked")
+def grouped_case(label, n, k, counts, rows, expected_rows, max_m, expected_m):
+    """One contiguous_offsets call over `rows` activation rows and one masked call with max_m rows
+    per expert (counts clamped to it)."""
+    e = len(counts)
+    codes = torch.randint(0, 16, (e, n, k), generator=g, dtype=torch.uint8)
+    scale = (torch.rand(e, n, k // 32, generator=g) * 0.05).to(torch.bfloat16)
+    counts = torch.tensor(counts, dtype=torch.int32)
+    offsets = routing.counts_to_offsets(counts).to("cuda")
+    a = torch.randn(rows, k, generator=g).to(torch.bfloat16).to("cuda")
+    contiguous_offsets(a, layouts.pack_w4a16(codes, scale, "contiguous").to("cuda"), offsets, expected_m=expected_rows)
+    masked(a[:e * max_m], layouts.pack_w4a16(codes, scale, "masked").to("cuda"), counts.clamp_max(max_m).to("cuda"),
+           expected_m)
+    torch.cuda.synchronize()
+    print(f"sanitize case ok: {label} contiguous_offsets + masked")
+
+
+grouped_case("grouped", 80, 256, [3, 0, 17, 9], 40, 8, 8, 4)
+# The wgmma tile (64+ rows per expert, K >= 1024): ragged experts, an empty one.
+grouped_case("grouped wgmma", 256, 1024, [70, 0, 130, 9], 220, 100, 55, 80)

@@ -7,8 +7,8 @@
 //   kMasked            rows [e*max_m, e*max_m + min(masked_m[e], max_m)) belong to e; rows past
 //                      masked_m are neither read nor written.
 // out[row] = a[row] @ dequant(W[expert])^T (same row in and out). Kernels, as in the indexed
-// family: GroupedMmaStreamK (the mma tile on persistent stream-K CTAs, decode and mid batch),
-// GroupedMma (common/w4a16_mma_tile.cuh, up to 64 rows, one CTA per tile), GroupedWgmma
+// family: GroupedMmaStreamK (the mma tile on persistent stream-K CTAs, decode and mid batch,
+// up to 32 rows), GroupedWgmma
 // (common/w4a16_wgmma_tile.cuh, 16-128 rows, one CTA per tile) and GroupedWgmmaStreamK (the wgmma
 // tile on persistent stream-K CTAs); BLOCK_K is the packed weight's (64 contiguous, 128 masked).
 #pragma once
@@ -164,9 +164,6 @@ struct GroupedRowTiles {
 template <int ROUTING, int NT, int TT, int STAGE_K, int STAGES, int BLOCK_K>
 struct GroupedMmaStreamK
     : MmaStreamK<NT, TT, STAGE_K, STAGES, BLOCK_K, GroupedRowTiles<ROUTING>::template Of> {};
-
-template <int ROUTING, int NT, int TT, int STAGE_K, int STAGES, int BLOCK_K>
-struct GroupedMma : GroupedRows<ROUTING, MmaTile<NT, TT, STAGE_K, STAGES, BLOCK_K>> {};
 
 template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K>
 struct GroupedWgmmaStreamK : WgmmaStreamK<WM, BN, STAGES, BLOCK_K, GroupedRowTiles<ROUTING>::template Of> {};

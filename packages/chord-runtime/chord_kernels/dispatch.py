@@ -399,15 +399,6 @@ def grouped_tile_rows(rows_per_expert: int) -> int:
     return next((b for b in INDEXED_BLOCK_M_CHOICES if rows_per_expert <= b), INDEXED_BLOCK_M_CHOICES[-1])
 
 
-def grouped_mma(routing: str, nt: int, tt: int, stage_k: int, block_k: int, stages: int = 3,
-                arch: str = DEFAULT_ARCH) -> Launch:
-    """Grouped routing on the mma tile (csrc/grouped/w4a16_grouped_mma.cuh)."""
-    return mma_launch("grouped_mma", "grouped/w4a16_grouped_mma.cuh", "chord::GroupedMma",
-                      (("ROUTING", GROUPED_ROUTINGS[routing]), ("NT", nt), ("TT", tt), ("STAGE_K", stage_k),
-                       ("STAGES", stages), ("BLOCK_K", block_k)),
-                      nt, tt, stage_k, stages, arch)
-
-
 def grouped_wgmma(routing: str, wm: int, bn: int, stages: int, block_k: int, arch: str = DEFAULT_ARCH) -> Launch:
     """Grouped routing on the wgmma tile (the indexed family's prefill tile, same launch shape)."""
     return wgmma_launch("grouped_wgmma", "grouped/w4a16_grouped_mma.cuh", "chord::GroupedWgmma",
@@ -447,8 +438,9 @@ def grouped_launch(routing: str, n: int, k: int, rows: int, block_k: int, arch: 
     if family == "mma_sk":
         cfg = streamk_shape(n, k, rows)
         return grouped_mma_streamk(routing, cfg["NT"], cfg["TT"], cfg["STAGE_K"], block_k, cfg["STAGES"], arch)
-    cfg = mma_shape(n, k, rows)
-    return grouped_mma(routing, cfg["NT"], cfg["TT"], cfg["STAGE_K"], block_k, cfg["STAGES"], arch)
+    # Grouped tiles are 8-128-row powers of two (grouped_tile_rows), so the rule never asks for the
+    # one-CTA mma tile (33-63 rows) here; that kernel is indexed-only.
+    raise ValueError(f"grouped tiles of {rows} rows: expected a power of two in 8..128 (grouped_tile_rows)")
 
 
 def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH) -> Launch:
