@@ -74,12 +74,14 @@ struct WgmmaStreamK {
     auto fetch = [&](int row_tile) { return row_ids(p, row_tile); };
     RowTilesAhead<RowIds> rows(ld, w, fetch);
     typename Tile::Sources src;
-    int32_t act_row[kActPerThread];
+    typename Tile::ActSources act;
     auto new_tile = [&]() {
       const RowIds& cur = rows.cur;
       if (cur.expert >= 0) src = Tile::sources(p, cur.expert, ld.col);
+      int32_t act_row[kActPerThread];
 #pragma unroll
       for (int i = 0; i < kActPerThread; ++i) act_row[i] = cur.route[i] >= 0 ? (int32_t)Rows::a_row(p, cur.route[i]) : -1;
+      act = Tile::act_sources(p, act_row);
     };
     new_tile();
     for (int it = 0; it < iterations; ++it) {
@@ -88,7 +90,7 @@ struct WgmmaStreamK {
       if (tid % 8 == 0)
 #pragma unroll
         for (int i = 0; i < kActPerThread; ++i) sm.route[slot][Tile::act_row_of(tid, i)] = rows.cur.route[i];
-      if (rows.cur.expert >= 0) Tile::load_stage(p, sm, slot, src, act_row, ld.s);
+      if (rows.cur.expert >= 0) Tile::load_stage(p, sm, slot, src, act, ld.s);
       cp_async_mbarrier_arrive(&sm.full[slot]);
       mbarrier_arrive(&sm.full[slot]);  // orders the row-id stores before the consumers' reads
       ld.step();

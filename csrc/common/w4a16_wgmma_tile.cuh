@@ -171,11 +171,30 @@ struct WgmmaTile {
     return src;
   }
 
-  // Stage s (64 columns of K) into ring slot `slot`: weights, scales, and the activation rows
-  // act_row[i] of tile rows act_row_of(tid, i) (-1: no row, zero-filled). Issue only: the caller
-  // arrives on the slot's "full" barrier.
+  // A producer thread's activation sources for one tile: its chunk of each of its rows
+  // (act_row_of(tid, i)), as pointers built once per tile so a stage only adds its offset (the
+  // per-copy 64-bit row math was most of the stream-K producer's ~236 instructions a stage),
+  // and a bit per row that exists (the others are zero-filled).
+  struct ActSources {
+    const __nv_bfloat16* row[kActPerThread];
+    uint32_t present;
+  };
+
+  __device__ __forceinline__ static ActSources act_sources(const MoeParams& p, const int32_t (&act_row)[kActPerThread]) {
+    ActSources act;
+    act.present = 0;
+#pragma unroll
+    for (int i = 0; i < kActPerThread; ++i) {
+      act.row[i] = p.a + (act_row[i] >= 0 ? (int64_t)act_row[i] * p.lda : 0) + (threadIdx.x % 8) * 8;
+      act.present |= (act_row[i] >= 0 ? 1u : 0u) << i;
+    }
+    return act;
+  }
+
+  // Stage s (64 columns of K) into ring slot `slot`: weights, scales and the tile's activation
+  // rows. Issue only: the caller arrives on the slot's "full" barrier.
   __device__ __forceinline__ static void load_stage(const MoeParams& p, Smem& sm, int slot, const Sources& src,
-                                    const int32_t (&act_row)[kActPerThread], int s) {
+                                                    const ActSources& act, int s) {
     const int tid = threadIdx.x;
     const int64_t w_off = stage_words(s);
 #pragma unroll
@@ -186,12 +205,10 @@ struct WgmmaTile {
     if (tid < kScaleChunks)
       cp_async_16(&sm.scale[slot][tid / (kRows / 8)][(tid % (kRows / 8)) * 8],
                   src.scale + (int64_t)s * kGroupsPerStage * p.n, src.scale_bytes);
-    unsigned char* act = reinterpret_cast<unsigned char*>(sm.act[slot]) + sw128_offset(act_row_of(tid, 0), tid % 8);
-    const __nv_bfloat16* act_base = p.a + (tid % 8) * 8 + s * kStageK;
+    unsigned char* dst = reinterpret_cast<unsigned char*>(sm.act[slot]) + sw128_offset(act_row_of(tid, 0), tid % 8);
 #pragma unroll
     for (int i = 0; i < kActPerThread; ++i)
-      cp_async_16(act + i * 16 * 128, act_base + (act_row[i] >= 0 ? (int64_t)act_row[i] * p.lda : 0),
-                  act_row[i] >= 0 ? 16 : 0);
+      cp_async_16(dst + i * 16 * 128, act.row[i] + s * kStageK, (act.present >> i) & 1 ? 16 : 0);
   }
 
   __device__ static void produce(const MoeParams& p, Smem& sm, int expert) {
@@ -201,10 +218,11 @@ struct WgmmaTile {
     int32_t act_row[kActPerThread];
 #pragma unroll
     for (int i = 0; i < kActPerThread; ++i) act_row[i] = sm.a_row[act_row_of(tid, i)];
+    const ActSources act = act_sources(p, act_row);
     for (int s = 0; s < num_stages; ++s) {
       const int slot = s % STAGES;
       if (s >= STAGES) mbarrier_wait(&sm.empty[slot], ((s / STAGES) + 1) & 1);  // use s/STAGES - 1 released
-      load_stage(p, sm, slot, src, act_row, s);
+      load_stage(p, sm, slot, src, act, s);
       cp_async_mbarrier_arrive(&sm.full[slot]);
     }
     cp_async_wait<0>();
