@@ -12,8 +12,10 @@ from chord_kernels import dispatch, indexed, layouts, routing
 
 CASES = {  # name: (N, K, top_k as the kernel sees it, T, local experts)
     "ep8_gate_up_T8": (4096, 7168, 8, 8, 48),
+    "ep8_gate_up_T128": (4096, 7168, 8, 128, 48),  # mid batch: 32-row blocks
     "ep8_gate_up_T512": (4096, 7168, 8, 512, 48),
     "ep8_gate_up_T2048": (4096, 7168, 8, 2048, 48),  # the wgmma prefill tile
+    "ep8_gate_up_T8192": (4096, 7168, 8, 8192, 48),
     "ep8_down_T8": (7168, 2048, 1, 8, 48),
     "tp8_gate_up_T128": (512, 7168, 8, 128, 384),  # TP8: T tokens, every expert local
     "tp8_down_T128": (7168, 256, 1, 128, 384),

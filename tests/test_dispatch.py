@@ -1,5 +1,7 @@
 """Dispatch as pure functions: which kernel each problem gets, overrides, printing, device checks."""
 
+import math
+
 import pytest
 import torch
 from chord_kernels import device, dispatch
@@ -81,10 +83,45 @@ def test_grid_covers_n_and_every_routing_block():
 
 
 @pytest.mark.parametrize("valid_shape_m,experts,want", [(1, 48, 8), (400, 48, 16), (1500, 48, 32),
-                                                         (3072, 48, 64), (3073, 48, 128), (10**6, 48, 128),
-                                                         (0, 384, 8)])
+                                                         (1537, 48, 64), (2600, 48, 64), (10**6, 48, 128),
+                                                         (0, 384, 8),
+                                                         # the Kimi grid's prefill points (rows per expert)
+                                                         (4096, 48, 128),     # EP8 T=512: 85.3
+                                                         (3500, 48, 96),      # 73
+                                                         (16384, 48, 128),    # EP8 T=2048: 341
+                                                         (16384, 384, 64),    # TP8 T=2048: 43
+                                                         (65536, 384, 96)])   # TP8 T=8192: 171
 def test_block_m_follows_rows_per_expert(valid_shape_m, experts, want):
     assert dispatch.indexed_block_m(valid_shape_m, experts) == want
+
+
+def test_expected_tiles_is_the_poisson_mean_of_ceil():
+    # Brute force: E[ceil(n / b)] summed over the Poisson pmf.
+    for lam, b in ((0.5, 64), (40.0, 64), (85.0, 96), (171.0, 128), (500.0, 96)):
+        p, want = math.exp(-lam), 0.0
+        for n in range(1, int(lam * 3) + 200):
+            p *= lam / n
+            want += p * -(-n // b)
+        assert dispatch.expected_tiles(lam, b) == pytest.approx(want, rel=1e-9, abs=1e-12), (lam, b)
+
+
+def test_prefill_block_pads_least():
+    # 70 rows: one tile of 96 (rarely a second) beats one of 128 and two of 64.
+    assert dispatch.prefill_block_m(70) == 96 and dispatch.prefill_block_m(40) == 64
+    # 171: two tiles of 96 (192 rows) beat two of 128 (256); 341: three of 128 (384) hold it.
+    assert dispatch.prefill_block_m(171) == 96 and dispatch.prefill_block_m(341) == 128
+    assert all(dispatch.prefill_block_m(t) == 128 for t in (513, 2000, 10**6))
+    assert {dispatch.prefill_block_m(t) for t in range(33, 600)} == set(dispatch.PREFILL_BLOCK_M_CHOICES)
+
+
+@pytest.mark.parametrize("experts", [1, 8, 48, 384])
+def test_block_m_windows_match_the_rule(experts):
+    windows = dispatch.indexed_block_m_windows(experts)
+    assert windows[0][0] == -1 and windows[-1][1] is None
+    assert all(a[1] == b[0] and a[2] != b[2] for a, b in zip(windows, windows[1:]))  # contiguous, merged
+    for m in list(range(0, 40 * experts, 7)) + [w[0] + d for w in windows[1:] for d in (0, 1)] + [10**7]:
+        hit = [bm for lo, hi, bm in windows if lo < m and (hi is None or m <= hi)]
+        assert hit == [dispatch.indexed_block_m(m, experts)], m
 
 
 def test_smem_bytes_mirror_the_kernel_struct():
@@ -177,8 +214,8 @@ def test_tuning_override(monkeypatch):
     # One override string serves both tensor-core families: each takes its own keys.
     wg = dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="NT=4,BN=64,STAGES=4")
     assert wg.spec.config == {"WM": 2, "BN": 64, "STAGES": 4}
-    with pytest.raises(ValueError, match="WM 1.2, BN 16.32.64.128, STAGES 2..8"):
-        dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="BN=96")
+    with pytest.raises(ValueError, match="WM 1.2, BN 16.32.64.96.128, STAGES 2..8"):
+        dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="BN=80")
     monkeypatch.setenv("CHORD_W4A16_BLOCK_M", "24")
     assert dispatch.indexed_block_m(10, 48) == 24
 

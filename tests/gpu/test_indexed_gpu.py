@@ -49,7 +49,7 @@ def check_against_reference(problem, out, sorted_ids, expert_ids, ntp, block_m, 
 @pytest.mark.parametrize("tokens,skew", [(1, False), (8, False), (20, True), (64, False)])
 def test_kimi_shapes_random_routing(shape, tokens, skew):
     problem = make_problem(shape, tokens, skew=skew, seed=tokens)
-    for block_m in (8, 16, 32, 64, 128):
+    for block_m in (8, 16, 32, 64, 96, 128):
         sorted_ids, expert_ids, ntp = align(problem, block_m)
         out = run_indexed(problem, sorted_ids, expert_ids, ntp, block_m)
         check_against_reference(problem, out, sorted_ids, expert_ids, ntp, block_m)
@@ -57,12 +57,12 @@ def test_kimi_shapes_random_routing(shape, tokens, skew):
 
 @pytest.mark.parametrize("shape", list(KIMI_SHAPES))
 def test_prefill_blocks_full_and_ragged(shape, kernel_family):
-    """Prefill-sized routing (many full 64/128-row blocks plus each expert's ragged last block),
+    """Prefill-sized routing (many full 64/96/128-row blocks plus each expert's ragged last block),
     skewed, where the dispatch picks the wgmma tile."""
     if kernel_family == "simple":
         pytest.skip("the FP32 cross-check kernel is covered at decode sizes")
     problem = make_problem(shape, 384, skew=True, seed=21)
-    for block_m in (64, 128):
+    for block_m in (64, 96, 128):
         sorted_ids, expert_ids, ntp = align(problem, block_m)
         out = run_indexed(problem, sorted_ids, expert_ids, ntp, block_m)
         check_against_reference(problem, out, sorted_ids, expert_ids, ntp, block_m)
@@ -136,7 +136,7 @@ def test_streamk_split_tiles_and_locks_left_zero(kernel_family):
         pytest.skip("stream-K schedules only")
     for shape, tokens in (("tp8_gate_up", 1), ("ep8_gate_up", 1), ("tp8_down", 20), ("ep8_down", 64)):
         problem = make_problem(shape, tokens, seed=31)
-        for block_m in (8, 16, 64):
+        for block_m in (8, 16, 64, 96):
             sorted_ids, expert_ids, ntp = align(problem, block_m)
             out = run_indexed(problem, sorted_ids, expert_ids, ntp, block_m)
             check_against_reference(problem, out, sorted_ids, expert_ids, ntp, block_m)

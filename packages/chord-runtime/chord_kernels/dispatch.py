@@ -11,6 +11,8 @@ routing block size Chord asks the framework for.
 
 from __future__ import annotations
 
+import functools
+import math
 import sys
 from dataclasses import dataclass, replace
 
@@ -21,8 +23,14 @@ from .layouts import BLOCK_K_BY_MODE
 INDEXED_FAMILIES = ("auto", "mma_sk", "wgmma_sk", "mma", "wgmma", "simple")
 MAX_TOKEN_TILES = 8  # n8 token tiles per CTA in the mma kernel (64 routed rows)
 BLOCK_M_CHOICES = (8, 16, 32, 64)  # rows per tile of the mma kernels (grouped tiles too)
-# Routing block sizes Chord asks vLLM for: the mma tile's, plus 128 rows for the wgmma tile.
-INDEXED_BLOCK_M_CHOICES = BLOCK_M_CHOICES + (128,)
+# Grouped tiles: powers of two (they divide the contiguous form's 128-row segment alignment).
+GROUPED_TILE_ROWS = BLOCK_M_CHOICES + (128,)
+# Routing blocks Chord asks vLLM for: up to 32 rows per expert the smallest of 8/16/32 holding
+# them; above, the prefill block (64, 96 or 128: the wgmma tile's N) that pads least
+# (prefill_block_m).
+DECODE_BLOCK_M_CHOICES = (8, 16, 32)
+PREFILL_BLOCK_M_CHOICES = (64, 96, 128)
+INDEXED_BLOCK_M_CHOICES = DECODE_BLOCK_M_CHOICES + PREFILL_BLOCK_M_CHOICES
 # The wgmma tile takes routing blocks of 64+ rows (prefill). On deep K one CTA per tile (v6 sweep,
 # H200: from K=2048 it beats the mma tile, 1418 vs 1744 µs at EP8 down T=2048; v10: it also beats
 # its own stream-K schedule there, 6187 vs 8924 µs at EP8 gate_up T=8192). On short K (TP8 down,
@@ -41,15 +49,80 @@ def indexed_block_m(valid_shape_m: int, num_experts: int) -> int:
     """The routing block size (moe_align_block_size's block_size) Chord asks the framework for.
 
     Decided by routed rows per expert ``tok_e = valid_shape_m / num_experts`` (vLLM's estimate of
-    the rows this GPU computes), not total tokens: the smallest block that holds a typical
-    expert's rows, so padding stays small at decode and one CTA's dequantized weights serve the
-    whole block at mid batch. Above 64 rows per expert the block is 128 (the wgmma tile's N).
+    the rows this GPU computes), not total tokens: up to 32 the smallest block that holds a
+    typical expert's rows (decode, mid batch: padding stays small and one CTA's dequantized
+    weights serve the whole block); above, prefill_block_m(ceil(tok_e)).
     """
     override = env.get(env.BLOCK_M)
     if override:
         return int(override)
     tok_e = max(valid_shape_m, 1) / max(num_experts, 1)
-    return next((b for b in INDEXED_BLOCK_M_CHOICES if tok_e <= b), INDEXED_BLOCK_M_CHOICES[-1])
+    if tok_e <= DECODE_BLOCK_M_CHOICES[-1]:
+        return next(b for b in DECODE_BLOCK_M_CHOICES if tok_e <= b)
+    return prefill_block_m(math.ceil(tok_e))
+
+
+# The prefill block-size model. An expert with n rows takes ceil(n / b) tiles of b rows; a tile
+# costs its b rows of MMA plus a fixed part that does not shrink with b (its 256 weight rows'
+# loads and dequantization over all of K) worth TILE_FIXED_ROWS rows. With n ~ Poisson(tok_e)
+# (uniform routing), pick the b of least expected cost; a larger b within PREFILL_TOLERANCE of
+# the best wins (fewer, fuller tiles; the model is not that precise). Past PREFILL_MODEL_MAX_ROWS
+# rows per expert the padding is under an eighth of the work whatever the block: 128.
+# TILE_FIXED_ROWS was fitted on the H200 (v11 sweep, docs/design/indexed-kernels.md: blocks of
+# 64/96/128 forced at EP8 and TP8, T=512-8192): the measured ratios between block sizes give 50-150
+# rows; 96 picks the fastest block at every measured point.
+TILE_FIXED_ROWS = 96
+PREFILL_TOLERANCE = 0.05
+PREFILL_MODEL_MAX_ROWS = 512
+
+
+def expected_tiles(rows_per_expert: float, block: int) -> float:
+    """E[ceil(n / block)] for n ~ Poisson(rows_per_expert): sum over j >= 0 of P(n > j * block)."""
+    lam = float(rows_per_expert)
+    terms = int(lam + 12 * math.sqrt(lam) + 2 * block)  # the tail past this is below 1e-9
+    p = math.exp(-lam)  # P(n = 0); lam <= PREFILL_MODEL_MAX_ROWS keeps it a normal float
+    cdf, total = p, 0.0
+    for i in range(terms + 1):
+        if i:
+            p *= lam / i
+            cdf += p
+        if i % block == 0:
+            total += max(0.0, 1.0 - cdf)
+    return total
+
+
+@functools.lru_cache(maxsize=None)
+def prefill_block_m(rows_per_expert: int) -> int:
+    """The routing block for ``rows_per_expert`` (> 32) rows per expert: see the model above."""
+    if rows_per_expert > PREFILL_MODEL_MAX_ROWS:
+        return PREFILL_BLOCK_M_CHOICES[-1]
+    costs = {b: expected_tiles(rows_per_expert, b) * (b + TILE_FIXED_ROWS) for b in PREFILL_BLOCK_M_CHOICES}
+    best = min(costs.values())
+    return max(b for b, cost in costs.items() if cost <= (1 + PREFILL_TOLERANCE) * best)
+
+
+def indexed_block_m_windows(num_experts: int) -> list[tuple[int, int, int]]:
+    """indexed_block_m as ``(lower, upper, block)`` windows of valid_shape_m (``lower < M <=
+    upper``; the last window's upper is None: any M), the form of the tuning table vLLM reads its
+    block size from. The first window starts at -1 so an M of 0 (profiling runs) has one too."""
+    e = max(num_experts, 1)
+    windows: list[list[int]] = []
+    lower = -1
+    uppers = [b * e for b in DECODE_BLOCK_M_CHOICES] + [t * e for t in range(DECODE_BLOCK_M_CHOICES[-1] + 1,
+                                                                          PREFILL_MODEL_MAX_ROWS + 1)]
+    for upper in uppers:
+        block = indexed_block_m(upper, num_experts)
+        if windows and windows[-1][2] == block:
+            windows[-1][1] = upper
+        else:
+            windows.append([lower, upper, block])
+        lower = upper
+    last = indexed_block_m(lower + 1, num_experts)
+    if windows[-1][2] == last:
+        windows[-1][1] = None
+    else:
+        windows.append([lower, None, last])
+    return [tuple(w) for w in windows]
 
 
 @dataclass(frozen=True)
@@ -248,12 +321,12 @@ def mma_shape(n: int, k: int, rows: int) -> dict[str, int]:
     return {"NT": nt, "TT": tt, "STAGE_K": stage_k, "STAGES": 3}
 
 
-WGMMA_BN_CHOICES = (16, 32, 64, 128)  # N of the wgmma: the block's rows (16/32 reached by the family override)
+WGMMA_BN_CHOICES = (16, 32, 64, 96, 128)  # N of the wgmma: the block's rows (16/32 reached by the family override)
 
 
 def wgmma_shape(n: int, rows: int) -> dict[str, int]:
     """Tile config of the wgmma kernel for a routing block of ``rows``: N of the wgmma is the
-    smallest of 16/32/64/128 holding the block; two m64 weight tiles per warpgroup (256 weight
+    smallest of 16/32/64/96/128 holding the block; two m64 weight tiles per warpgroup (256 weight
     rows per CTA, half the activation bytes re-read per weight byte of one tile) unless N is too
     narrow; a 6-deep ring of 64-column stages (~150 KB at BN=128; the depth made no difference in
     the v6 sweep). ``auto`` sends only blocks of 64+ rows here; BN 16/32 (mid batch, with
@@ -280,7 +353,7 @@ def apply_tuning(cfg: dict[str, int], k: int, tuning: str) -> dict[str, int]:
     cfg = {**cfg, **{key: v for key, v in parse_tuning(tuning).items() if key in cfg}}
     if "WM" in cfg:
         if cfg["WM"] not in (1, 2) or cfg["BN"] not in WGMMA_BN_CHOICES or not 2 <= cfg["STAGES"] <= 8 or k % 64:
-            raise ValueError(f"tuning {cfg} does not fit K={k} (WM 1|2, BN 16|32|64|128, STAGES 2..8, "
+            raise ValueError(f"tuning {cfg} does not fit K={k} (WM 1|2, BN 16|32|64|96|128, STAGES 2..8, "
                              "K a multiple of 64)")
     elif k % cfg["STAGE_K"] or cfg["STAGE_K"] % 64 or not 1 <= cfg["TT"] <= MAX_TOKEN_TILES:
         raise ValueError(f"tuning {cfg} does not fit K={k} (STAGE_K must divide K, multiple of 64; TT 1..8)")
@@ -351,7 +424,7 @@ def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: st
 def indexed_profile_launches(n: int, k: int, arch: str = DEFAULT_ARCH) -> list[Launch]:
     """Every launch the heuristic can pick for a projection shape (every routing block size)."""
     seen: dict[str, Launch] = {}
-    for block_m in (8, 16, 24, 32, 40, 48, 56, 64, 128):
+    for block_m in (8, 16, 24, 32, 40, 48, 56, 64, 96, 128):
         launch = select_indexed(IndexedProblem(n, k, 1, 1, block_m), arch)
         seen.setdefault(launch.spec.symbol, launch)
     return list(seen.values())
@@ -372,7 +445,7 @@ def indexed_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
             for block_m in (16, 32):  # the wgmma tile's BN 16/32 (family override)
                 small = choose_indexed_wgmma(IndexedProblem(n, k, 1, 1, block_m), arch)
                 seen.setdefault(small.spec.symbol, small)
-            for block_m in (8, 16, 32, 64, 128):  # the wgmma tile on the stream-K schedule (family override)
+            for block_m in (8, 16, 32, 64, 96, 128):  # the wgmma tile on the stream-K schedule (family override)
                 sk = choose_indexed_wgmma_streamk(IndexedProblem(n, k, 1, 1, block_m), arch)
                 seen.setdefault(sk.spec.symbol, sk)
     return list(seen.values())
@@ -396,7 +469,7 @@ def grouped_tile_rows(rows_per_expert: int) -> int:
     """Rows per tile: the smallest power of two in 8..128 holding an expert's expected rows. A
     power of two divides the 128-row segment alignment of the DeepGEMM contiguous form, so a
     tile never straddles two experts."""
-    return next((b for b in INDEXED_BLOCK_M_CHOICES if rows_per_expert <= b), INDEXED_BLOCK_M_CHOICES[-1])
+    return next((b for b in GROUPED_TILE_ROWS if rows_per_expert <= b), GROUPED_TILE_ROWS[-1])
 
 
 def grouped_wgmma(routing: str, wm: int, bn: int, stages: int, block_k: int, arch: str = DEFAULT_ARCH) -> Launch:
@@ -462,7 +535,7 @@ def grouped_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
                 for k in (256, 320, 7168):
                     if k % block_k:
                         continue
-                    for rows in INDEXED_BLOCK_M_CHOICES:
+                    for rows in GROUPED_TILE_ROWS:
                         launch = grouped_launch(routing, n, k, rows, block_k, arch)
                         seen.setdefault(launch.spec.symbol, launch)
     return list(seen.values())

@@ -47,16 +47,9 @@ def check_mode(layer_config: LayerConfig, gemm_type) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _indexed_table(num_experts: int, block_k: int) -> tuple:
-    from chord_kernels.dispatch import INDEXED_BLOCK_M_CHOICES, indexed_block_m
+    from chord_kernels.dispatch import indexed_block_m_windows
 
-    entries, lower = [], -1  # from -1 so an M of 0 (profiling runs) also has a window
-    for choice in INDEXED_BLOCK_M_CHOICES[:-1]:
-        upper = choice * max(num_experts, 1)
-        if upper > lower:
-            entries.append((lower, upper, indexed_block_m(upper, num_experts)))
-            lower = upper
-    entries.append((lower, TABLE_END, indexed_block_m(max(lower, 0) + 1, num_experts)))
-    return tuple(entries)
+    return tuple((lo, TABLE_END if hi is None else hi, bm) for lo, hi, bm in indexed_block_m_windows(num_experts))
 
 
 def get_heuristics_config(
