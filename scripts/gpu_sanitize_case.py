@@ -17,9 +17,7 @@ CASES = {"mma": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
          # wgmma tile, stream-K: long-K tiles split over many CTAs; ~8 short tiles per CTA (the
          # ring across tiles); K = 640 wraps the 8-slot ring; N = 160 half past a 128-column tile
          "wgmma_sk": ((3, 512, 2048, 2, 8, 8), (8, 512, 256, 4000, 2, 16), (3, 160, 640, 60, 2, 64),
-                      (2, 160, 640, 80, 2, 128), (3, 512, 256, 150, 2, 96),
-                      # deep K, ~3 waves of tiles: whole tiles from the tile counter, then the tail
-                      (8, 4096, 1024, 600, 2, 64)),
+                      (2, 160, 640, 80, 2, 128), (3, 512, 256, 150, 2, 96)),
          # (WM, BN) = (1, 64), (2, 128), (1, 64), (2, 64), (1, 128), (2, 96); K = 640 wraps the
          # 6-slot ring
          "wgmma": ((4, 160, 320, 50, 2, 64), (3, 512, 256, 90, 2, 128), (2, 128, 192, 7, 1, 64),

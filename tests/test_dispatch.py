@@ -44,11 +44,10 @@ def test_indexed_prefill_choice_is_the_wgmma_tile(n, block_m, want):
     assert launch.rows_per_cta == want["BN"] and launch.cols_per_cta == 128 * want["WM"]
     assert launch.ctas_per_block(problem) == 1
     # WgmmaTile::Smem: STAGES x (BN rows x 128 B, 8 warps x WM x 512 B, 2 groups x 128*WM bf16,
-    # BN stream-K row ids, the slot's tile and segment-end flag, 2 mbarriers) + 2 x BN int32 + the
-    # finisher flag and two taken tiles, padded to 16 B (test_jit checks it against sizeof)
+    # BN stream-K row ids, 2 mbarriers) + 2 x BN int32 + the finisher flag (padded to 16 B)
     cfg = launch.spec.config
-    raw = cfg["STAGES"] * (cfg["BN"] * 128 + 8 * cfg["WM"] * 512 + 2 * 128 * cfg["WM"] * 2 + 4 * cfg["BN"] + 8 + 16)
-    assert launch.smem_bytes == -(-(raw + 8 * cfg["BN"] + 12) // 16) * 16
+    assert launch.smem_bytes == cfg["STAGES"] * (cfg["BN"] * 128 + 8 * cfg["WM"] * 512 + 2 * 128 * cfg["WM"] * 2
+                                                 + 4 * cfg["BN"] + 16) + 8 * cfg["BN"] + 16
     assert launch.smem_bytes <= 227 * 1024
 
 

@@ -74,65 +74,28 @@ struct StreamKWork {
     sk0 = base + min((int)blockIdx.x * sk_run, sk_total);
     sk1 = base + min((int)blockIdx.x * sk_run + sk_run, sk_total);
   }
-  __device__ int dp_count() const { return dp_tiles / gridDim.x; }  // this CTA's whole tiles (static order)
+  __device__ int dp_count() const { return dp_tiles / gridDim.x; }  // this CTA's whole tiles
   __device__ int iterations() const { return dp_count() * stages + (sk1 - sk0); }
-  // Whether this CTA has anything to do; with the data-parallel tiles handed out at run time
-  // (TileCounter) every CTA takes part, so only a launch without them can skip CTAs.
-  __device__ bool idle() const { return dp_tiles == 0 && sk0 >= sk1; }
   // The tile whose iterations start at `first` is this CTA's alone (no fix-up).
   __device__ bool owns(int first) const { return first < dp_tiles * stages || (first >= sk0 && first + stages <= sk1); }
   // The CTA whose stream-K run holds iteration g.
   __device__ int cta_of(int g) const { return (g - dp_tiles * stages) / sk_run; }
 };
 
-// The data-parallel tiles in run-time order: each CTA takes the next tile from a device counter
-// when it starts one, so the CTAs in flight always hold one contiguous window of tiles (as the
-// hardware's in-order block dispatch does for one CTA per tile). A static round-robin lets the
-// persistent CTAs drift apart over many waves; their working set then outgrows L2 (v11, ncu:
-// EP8 gate_up T=8192 read 8.15 GB from DRAM against 2.34 GB for one CTA per tile). Results stay
-// deterministic: a data-parallel tile is summed by one CTA whichever it is.
-// The counter and a count of CTAs done with it follow the grid's locks (locks[G], locks[G + 1]);
-// every CTA sees "none left" exactly once, and the last to see it re-zeroes both for the next
-// launch (every CTA has stopped taking tiles by then).
-struct TileCounter {
-  // One thread per CTA: the next data-parallel tile, or -1.
-  __device__ static int take(const MoeParams& p, int dp_tiles) {
-    int32_t* next = p.locks + gridDim.x;
-    int32_t* done = next + 1;
-    const int t = atomicAdd(next, 1);
-    if (t < dp_tiles) return t;
-    __threadfence();  // this CTA's last take is performed before it counts itself done
-    if (atomicAdd(done, 1) == (int)gridDim.x - 1) *next = 0, *done = 0;
-    return -1;
-  }
-};
-
 // A walk over one CTA's work, one iteration at a time, as segments: (tile, its stages [s, s_end)).
 // Whole tiles first, then the stream-K run (whose first and last tiles may be partial). Carries the
-// ring slot of the iteration and the slot's use parity. The mma tile's warps all walk it; the wgmma
-// tile's producer walks it and its consumers follow the slots it fills.
-template <int STAGES, bool DYNAMIC = false>
+// ring slot of the iteration and the slot's use parity. Producer and consumers walk the same way.
+template <int STAGES>
 struct StreamKWalk {
   int tile, row_tile, col, s, s_end;
   int slot = 0, phase = 0;
   int dp_index = 0;  // whole tiles begun
   bool in_sk = false;
 
-  // DYNAMIC: the data-parallel tiles come from TileCounter; the one after this one (-1: none left).
-  int dp_next = -1;
-
   __device__ explicit StreamKWalk(const StreamKWork& w) {
     if (w.dp_count() > 0) seek(w, blockIdx.x, 0, w.stages);
     else enter_sk(w);
   }
-  // Dynamic order: the CTA's first two data-parallel tiles (-1: none), taken from the counter.
-  __device__ StreamKWalk(const StreamKWork& w, int first_tile, int second_tile) : dp_next(second_tile) {
-    static_assert(DYNAMIC, "a static walk computes its tiles");
-    if (first_tile >= 0) seek(w, first_tile, 0, w.stages);
-    else enter_sk(w);
-  }
-  // Whether the walk starts on work (a dynamic walk may find none: no tile left, no stream-K run).
-  __device__ bool has_work() const { return s < s_end; }
   __device__ void seek(const StreamKWork& w, int t, int s0, int s1) {
     tile = t, row_tile = t / w.col_tiles, col = t - row_tile * w.col_tiles, s = s0, s_end = s1;
   }
@@ -148,24 +111,8 @@ struct StreamKWalk {
   }
   __device__ bool segment_done() const { return s == s_end; }
   __device__ int first_iteration(const StreamKWork& w) const { return tile * w.stages; }
-  // Move to the next segment; false when the CTA's work is done. A dynamic walk takes the
-  // data-parallel tile after the next one with take() (it must be called in step by every thread
-  // of the walk).
+  // Move to the next segment; false when the CTA's work is done.
   __device__ bool next_segment(const StreamKWork& w) {
-    return next_segment(w, [] { return -1; });
-  }
-  template <class Take>
-  __device__ bool next_segment(const StreamKWork& w, Take take) {
-    if (DYNAMIC && !in_sk) {
-      if (dp_next >= 0) {
-        seek(w, dp_next, 0, w.stages);
-        dp_next = take();
-        return true;
-      }
-      if (w.sk0 >= w.sk1) return false;
-      enter_sk(w);
-      return true;
-    }
     if (!in_sk) {
       if (++dp_index < w.dp_count()) {
         seek(w, blockIdx.x + dp_index * gridDim.x, 0, w.stages);
@@ -184,18 +131,8 @@ struct StreamKWalk {
   // The row tile of the first later segment on another row tile (-1: none): the one whose
   // indices the loader reads ahead. Stream-K tiles are consecutive, so it is the next row tile if
   // the run reaches it; whole tiles step by the grid (usually a new row tile every segment).
-  // A dynamic walk's data-parallel part sees one tile ahead: the next data-parallel tile's row
-  // tile, the same or not (RowTilesAhead takes it at every such segment). After the last one the
-  // stream-K run is named as the static walk names it: its first row tile on another row tile.
-  __device__ bool names_every_segment() const { return DYNAMIC && !in_sk; }
   __device__ int next_row_tile(const StreamKWork& w) const {
     if (in_sk) return (row_tile + 1) * w.col_tiles * w.stages < w.sk1 ? row_tile + 1 : -1;
-    if (DYNAMIC) {
-      if (dp_next >= 0) return dp_next / w.col_tiles;
-      if (w.sk0 >= w.sk1) return -1;
-      const int r = w.sk0 / w.stages / w.col_tiles;
-      return r != row_tile ? r : (r + 1) * w.col_tiles * w.stages < w.sk1 ? r + 1 : -1;
-    }
     StreamKWalk ahead = *this;
     while (ahead.next_segment(w))
       if (ahead.row_tile != row_tile) return ahead.row_tile;
@@ -217,13 +154,11 @@ struct RowTilesAhead {
       : cur(fetch(walk.row_tile)), next(cur), cur_rt(walk.row_tile) {
     prefetch(walk, w, fetch);
   }
-  // At a new segment: on a new row tile, its data (read ahead), and the following row tile's in
-  // flight. A dynamic walk's data-parallel part names every segment's row tile (it sees only one
-  // tile ahead), so there every segment takes what was read ahead, even for the same row tile.
+  // At a new segment: on a new row tile, its data (read ahead) and the following one's in flight.
   template <class Walk, class Fetch>
   __device__ void on_segment(const Walk& walk, const StreamKWork& w, Fetch fetch) {
-    if (walk.row_tile == cur_rt && !walk.names_every_segment()) return;
-    cur = next, cur_rt = walk.row_tile;
+    if (walk.row_tile == cur_rt) return;
+    cur = next, cur_rt = walk.row_tile;  // next_row_tile() named exactly this row tile
     prefetch(walk, w, fetch);
   }
   template <class Walk, class Fetch>

@@ -6,17 +6,14 @@
 // empty; at mid batch (blocks of 16-32 rows) that made it slower than the stream-K mma tile
 // although it issues far fewer instructions per weight byte (docs/design/indexed-kernels.md v9b).
 //
-// The producer warpgroup walks the CTA's work: on deep K (the schedule's data-parallel part) it
-// takes whole tiles in order from a device counter (TileCounter, one tile ahead), then its static
-// stream-K run. Per iteration it waits for the slot to be free, writes the slot's tile, whether
-// the slot ends its segment, and the tile rows (route ids) with plain stores, issues the slot's
-// copies and arrives twice on "full" (the cp.async arrive when its copies land, and an ordinary
-// arrive that releases its plain stores); after its last iteration it sends a slot whose tile is
-// -1. It reads the next row tile's indices ahead. The two consumer warpgroups follow the slots:
-// wait "full", dequantize and issue the stage's wgmmas, release the previous slot; at a segment's
-// last slot they retire every group, store the tile (or their partial: split-tile fix-up over a
-// named barrier of the 256 consumer threads, the producer never joins it), release the slot and
-// start the next tile with scale-d = 0.
+// The producer warpgroup walks the CTA's run: per iteration it waits for the slot to be free,
+// writes the slot's tile rows (route ids) with plain stores, issues the slot's copies and arrives
+// twice on "full" (the cp.async arrive when its copies land, and an ordinary arrive that
+// releases its row-id stores). It reads the next row tile's indices one tile ahead. The two
+// consumer warpgroups walk the same run: wait "full", dequantize and issue the stage's wgmmas,
+// release the previous slot; at a tile's last iteration in the run they retire every group, store
+// the tile (or their partial: split-tile fix-up over a named barrier of the 256 consumer threads,
+// the producer never joins it), release the slot and start the next tile with scale-d = 0.
 #pragma once
 
 #include "common/mbarrier_sm90.cuh"
@@ -31,7 +28,7 @@ struct WgmmaStreamK {
   using Tile = WgmmaTile<WM, BN, STAGES, BLOCK_K>;
   using Smem = typename Tile::Smem;
   using Rows = ROW_TILES<BN>;
-  using Walk = StreamKWalk<STAGES, true>;
+  using Walk = StreamKWalk<STAGES>;
   static constexpr int kThreads = Tile::kThreads;
   static constexpr int kProducerThreads = Tile::kProducerThreads;
   static constexpr int kConsumerThreads = kThreads - kProducerThreads;
@@ -49,7 +46,7 @@ struct WgmmaStreamK {
   __device__ static void run(const MoeParams& p) {
     Smem& sm = Tile::smem();
     const StreamKWork w(Rows::count(p), (p.n + kRows - 1) / kRows, p.k / Tile::kStageK, p.k);
-    if (w.idle()) return;  // uniform per CTA, before any barrier
+    if (w.iterations() == 0) return;  // uniform per CTA, before any barrier
     Tile::init_barriers(sm, 2 * kProducerThreads);
     Tile::template split_roles<kProducerRegs, kConsumerRegs>([&] { produce(p, sm, w); }, [&] { consume(p, sm, w); });
   }
@@ -70,94 +67,64 @@ struct WgmmaStreamK {
     return ids;
   }
 
-  // The next data-parallel tile for every producer thread: thread 0 takes it from the counter and
-  // hands it over through shared memory (two cells, used in turn: a cell is rewritten only after
-  // every producer thread passed the next take's barrier, so after it read the cell).
-  __device__ static int take(const MoeParams& p, Smem& sm, const StreamKWork& w, int& turn) {
-    if (threadIdx.x == 0) sm.taken[turn] = TileCounter::take(p, w.dp_tiles);
-    named_barrier_sync<2, kProducerThreads>();
-    const int t = sm.taken[turn];
-    turn ^= 1;
-    return t;
-  }
-
   __device__ static void produce(const MoeParams& p, Smem& sm, const StreamKWork& w) {
     const int tid = threadIdx.x;
-    int turn = 0;
-    auto take_next = [&] { return take(p, sm, w, turn); };
-    Walk ld = start(w, take_next);
-    if (ld.has_work()) {
-      auto fetch = [&](int row_tile) { return row_ids(p, row_tile); };
-      RowTilesAhead<RowIds> rows(ld, w, fetch);
-      typename Tile::Sources src;
-      typename Tile::ActSources act;
-      auto new_tile = [&]() {
-        const RowIds& cur = rows.cur;
-        int32_t act_row[kActPerThread];
+    const int iterations = w.iterations();
+    Walk ld(w);
+    auto fetch = [&](int row_tile) { return row_ids(p, row_tile); };
+    RowTilesAhead<RowIds> rows(ld, w, fetch);
+    typename Tile::Sources src;
+    typename Tile::ActSources act;
+    auto new_tile = [&]() {
+      const RowIds& cur = rows.cur;
+      if (cur.expert >= 0) src = Tile::sources(p, cur.expert, ld.col);
+      int32_t act_row[kActPerThread];
 #pragma unroll
-        for (int i = 0; i < kActPerThread; ++i) act_row[i] = cur.route[i] >= 0 ? (int32_t)Rows::a_row(p, cur.route[i]) : -1;
-        act = Tile::act_sources(p, act_row);
-        if (cur.expert >= 0) src = Tile::sources(p, cur.expert, ld.col);
-      };
-      new_tile();
-      for (;;) {
-        const int slot = ld.slot;
-        // The slot's previous use released (on the ring's first lap the wait for parity 1 of a
-        // fresh barrier returns at once: that phase counts as completed).
-        mbarrier_wait(&sm.empty[slot], ld.phase ^ 1);
-        if (tid % 8 == 0)
+      for (int i = 0; i < kActPerThread; ++i) act_row[i] = cur.route[i] >= 0 ? (int32_t)Rows::a_row(p, cur.route[i]) : -1;
+      act = Tile::act_sources(p, act_row);
+    };
+    new_tile();
+    for (int it = 0; it < iterations; ++it) {
+      const int slot = ld.slot;
+      if (it >= STAGES) mbarrier_wait(&sm.empty[slot], ld.phase ^ 1);  // the slot's previous use released
+      if (tid % 8 == 0)
 #pragma unroll
-          for (int i = 0; i < kActPerThread; ++i) sm.route[slot][Tile::act_row_of(tid, i)] = rows.cur.route[i];
-        if (tid == 0) sm.seg_tile[slot] = ld.tile, sm.seg_last[slot] = ld.s + 1 == ld.s_end;
-        if (rows.cur.expert >= 0) Tile::load_stage(p, sm, slot, src, act, ld.s);
-        cp_async_mbarrier_arrive(&sm.full[slot]);
-        mbarrier_arrive(&sm.full[slot]);  // orders the plain stores before the consumers' reads
-        ld.step();
-        if (ld.segment_done()) {
-          if (!ld.next_segment(w, take_next)) break;
-          rows.on_segment(ld, w, fetch);
-          new_tile();
-        }
+        for (int i = 0; i < kActPerThread; ++i) sm.route[slot][Tile::act_row_of(tid, i)] = rows.cur.route[i];
+      if (rows.cur.expert >= 0) Tile::load_stage(p, sm, slot, src, act, ld.s);
+      cp_async_mbarrier_arrive(&sm.full[slot]);
+      mbarrier_arrive(&sm.full[slot]);  // orders the row-id stores before the consumers' reads
+      ld.step();
+      if (it + 1 < iterations && ld.segment_done()) {
+        ld.next_segment(w);
+        rows.on_segment(ld, w, fetch);
+        new_tile();
       }
     }
-    // The stop slot (the ring's next): tile -1, nothing copied.
-    mbarrier_wait(&sm.empty[ld.slot], ld.phase ^ 1);
-    if (tid == 0) sm.seg_tile[ld.slot] = -1;
-    cp_async_mbarrier_arrive(&sm.full[ld.slot]);
-    mbarrier_arrive(&sm.full[ld.slot]);
     cp_async_wait<0>();
-  }
-
-  // The CTA's first two data-parallel tiles (the walk keeps one ahead); none (or no
-  // data-parallel part): the stream-K run.
-  template <class Take>
-  __device__ static Walk start(const StreamKWork& w, Take take_next) {
-    const int first = w.dp_tiles > 0 ? take_next() : -1;
-    const int second = first >= 0 ? take_next() : -1;
-    return Walk(w, first, second);
   }
 
   __device__ static void consume(const MoeParams& p, Smem& sm, const StreamKWork& w) {
     const int ctid = threadIdx.x - kProducerThreads;
+    const int iterations = w.iterations();
     typename Tile::Acc acc;
     typename Tile::AFrag afrag;
-    int slot = 0, phase = 0;
+    Walk at(w);
     int held = -1;  // the slot read by the group still in flight, released after the next stage's first step
     bool first = true;
-    for (;;) {
-      mbarrier_wait(&sm.full[slot], phase);
-      const int tile = sm.seg_tile[slot];
-      if (tile < 0) break;  // the producer's stop slot (the same for every consumer thread)
+    for (int it = 0; it < iterations; ++it) {
+      const int slot = at.slot;
+      mbarrier_wait(&sm.full[slot], at.phase);
       Tile::mma_stage(sm, slot, acc, afrag, first);
       if (held >= 0) Tile::release(sm, held);
       held = slot, first = false;
-      if (sm.seg_last[slot]) {
+      at.step();
+      if (at.segment_done()) {
         Tile::drain(acc, afrag);
-        finish_tile(p, sm, acc, tile * w.stages, w, tile % w.col_tiles, sm.route[slot], ctid);
+        finish_tile(p, sm, acc, at.first_iteration(w), w, at.col, sm.route[slot], ctid);
         Tile::release(sm, slot);  // the epilogue has read the slot's row ids
         held = -1, first = true;
+        if (it + 1 < iterations) at.next_segment(w);
       }
-      if (++slot == STAGES) slot = 0, phase ^= 1;
     }
     // Every group retired at the last tile's end already; said again here because ptxas cannot
     // prove it on the loop's exit path, and otherwise injects waits that serialize the wgmmas.

@@ -66,14 +66,9 @@ struct WgmmaTile {
     // Stream-K schedule only (common/w4a16_wgmma_streamk.cuh): each ring slot's tile rows (route
     // ids, -1 = none), written by the producer with the slot, read by the tile's epilogue.
     int32_t route[STAGES][kTok];
-    // Stream-K: each slot's tile (-1: the producer's "no more work") and whether the slot is the
-    // last of its segment (the consumers store or fix up the tile after it).
-    int32_t seg_tile[STAGES];
-    int32_t seg_last[STAGES];
     uint64_t full[STAGES];   // the producer's copies of the slot landed (see init_barriers)
     uint64_t empty[STAGES];  // every consumer warp is done with the slot (8 arrivals)
     int32_t finisher;        // stream-K: "this CTA adds up the split tile"
-    int32_t taken[2];        // stream-K: a data-parallel tile from TileCounter, to the producer threads
   };
 
   __device__ static Smem& smem() {

@@ -248,12 +248,10 @@ def indexed_mma(nt: int, tt: int, stage_k: int, stages: int = 3, arch: str = DEF
 def wgmma_smem_bytes(wm: int, bn: int, stages: int) -> int:
     """sizeof(WgmmaTile::Smem): per stage the swizzled activation rows (128 bytes each), the 8
     consumer warps' weight chunks (WM x 512 bytes each), the CTA rows' two scale groups, the
-    stream-K schedule's row ids, the slot's tile and segment-end flag, and two mbarriers (full,
-    empty); then two int32 row indices per row, the stream-K finisher flag and the two taken
-    tiles, the struct padded to 16 bytes."""
+    stream-K schedule's row ids and two mbarriers (full, empty); then two int32 row indices per
+    row and the stream-K finisher flag (the struct pads to 16 bytes)."""
     rows = 2 * 64 * wm
-    raw = stages * (bn * 128 + 8 * wm * 512 + 2 * rows * 2 + bn * 4 + 2 * 4 + 16) + bn * 2 * 4 + 3 * 4
-    return -(-raw // 16) * 16
+    return stages * (bn * 128 + 8 * wm * 512 + 2 * rows * 2 + bn * 4 + 16) + bn * 2 * 4 + 16
 
 
 WGMMA_THREADS = 384  # a producer warpgroup + two consumer warpgroups

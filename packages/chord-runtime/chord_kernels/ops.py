@@ -92,9 +92,6 @@ def _load(launch: Launch, device: torch.device) -> LoadedKernel:
 # GEMMs on one device do not run concurrently on two streams. Buffers only grow, and the old
 # ones stay alive: plans keep raw pointers.
 _streamk_buffers: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
-# After one lock per CTA: the data-parallel tile counter and the count of CTAs done with it
-# (common/streamk_schedule.cuh TileCounter; also left zero by every launch).
-STREAMK_LOCK_TAIL = 2
 
 
 def _launch_grid(kernel: LoadedKernel, launch: Launch, device: torch.device, k: int, tiled: tuple[int, int, int],
@@ -122,13 +119,13 @@ def _resident_ctas(kernel: LoadedKernel, launch: Launch, device: torch.device) -
 
 def _streamk_scratch(launch: Launch, device: torch.device, num_ctas: int) -> tuple[int, int]:
     kept = _streamk_buffers.setdefault(_device_index(device), [])
-    floats, ctas = (kept[-1][0].numel(), kept[-1][1].numel() - STREAMK_LOCK_TAIL) if kept else (0, 0)
+    floats, ctas = (kept[-1][0].numel(), kept[-1][1].numel()) if kept else (0, 0)
     if floats < num_ctas * launch.partial_floats or ctas < num_ctas:
         _require(device.type != "cuda" or not torch.cuda.is_current_stream_capturing(),
                  "a stream-K call that needs more scratch cannot be the first inside CUDA-graph capture "
                  "(the scratch is allocated then): run the call once eagerly first, as vLLM's warmup does")
         kept.append((torch.empty(max(floats, num_ctas * launch.partial_floats), dtype=torch.float32, device=device),
-                     torch.zeros(max(ctas, num_ctas) + STREAMK_LOCK_TAIL, dtype=torch.int32, device=device)))
+                     torch.zeros(max(ctas, num_ctas), dtype=torch.int32, device=device)))
     workspace, locks = kept[-1]
     return workspace.data_ptr(), locks.data_ptr()
 
