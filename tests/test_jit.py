@@ -140,3 +140,27 @@ def test_no_register_spills_in_any_reachable_kernel(tmp_path):
     assert not bad, f"spilling (or unreported) kernels: {bad}"
     serialized = [(name, w) for name, _, w in results if w]
     assert not serialized, f"kernels whose wgmma pipeline ptxas serialized: {serialized}"
+
+
+def test_wgmma_smem_bytes_is_the_struct_size(tmp_path):
+    """The host's shared-memory size for the wgmma tile (the launch's dynamic smem, and the
+    kernel traps if it is smaller) equals sizeof(WgmmaTile::Smem), for every BN and both
+    stage parities (host-side sizeof through nvcc: no GPU needed)."""
+    try:
+        nvcc = compiler.find_nvcc()
+    except FileNotFoundError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("nvcc not installed")
+    from chord_kernels.dispatch import WGMMA_BN_CHOICES, wgmma_smem_bytes
+
+    configs = [(wm, bn, stages) for wm in (1, 2) for bn in WGMMA_BN_CHOICES for stages in (5, 6, 8)]
+    prints = "\n".join(f'  std::printf("%zu\\n", sizeof(chord::WgmmaTile<{wm}, {bn}, {st}, 64>::Smem));'
+                       for wm, bn, st in configs)
+    src = tmp_path / "smem_size.cu"
+    src.write_text(f'#include <cstdio>\n#include "common/w4a16_wgmma_tile.cuh"\nint main() {{\n{prints}\n}}\n')
+    exe = tmp_path / "smem_size"
+    subprocess.run([nvcc, "-std=c++17", "-arch=sm_90a", f"-I{csrc_dir()}", str(src), "-o", str(exe)], check=True,
+                   capture_output=True)
+    sizes = [int(line) for line in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()]
+    assert sizes == [wgmma_smem_bytes(*cfg) for cfg in configs]
