@@ -18,6 +18,17 @@ from chord_kernels.profiles import all_default_specs
 SPEC = indexed_simple().spec
 
 
+def real_nvcc() -> str:
+    """The installed nvcc for the real-compiler tests: skipped without one, except in CI, where
+    a missing compiler is a failure."""
+    try:
+        return compiler.find_nvcc()
+    except FileNotFoundError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("nvcc not installed")
+
+
 def test_key_covers_source_headers_flags_compiler_and_arch(tmp_path, monkeypatch):
     base = compiler.cache_key(SPEC, compiler_version="nvcc A")
     assert base == compiler.cache_key(SPEC, compiler_version="nvcc A")
@@ -97,12 +108,7 @@ def test_failed_compile_raises_and_leaves_no_cubin(fake_nvcc, monkeypatch):
 
 def test_compile_check_default_profiles(tmp_path, monkeypatch):
     """CI's compile check: every kernel the default profiles can pick builds for sm_90a."""
-    try:
-        compiler.find_nvcc()
-    except FileNotFoundError:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip("nvcc not installed")
+    real_nvcc()
     from chord_kernels.cli import precompile
 
     monkeypatch.setenv("CHORD_CACHE_DIR", str(tmp_path / "cache"))
@@ -118,12 +124,7 @@ def test_no_register_spills_in_any_reachable_kernel(tmp_path):
     import re
     from concurrent.futures import ThreadPoolExecutor
 
-    try:
-        nvcc = compiler.find_nvcc()
-    except FileNotFoundError:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip("nvcc not installed")
+    nvcc = real_nvcc()
     root = csrc_dir()
 
     def spills(spec):
@@ -146,12 +147,7 @@ def test_wgmma_smem_bytes_is_the_struct_size(tmp_path):
     """The host's shared-memory size for the wgmma tile (the launch's dynamic smem, and the
     kernel traps if it is smaller) equals sizeof(WgmmaTile::Smem), for every BN and both
     stage parities (host-side sizeof through nvcc: no GPU needed)."""
-    try:
-        nvcc = compiler.find_nvcc()
-    except FileNotFoundError:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip("nvcc not installed")
+    nvcc = real_nvcc()
     from chord_kernels.dispatch import WGMMA_BN_CHOICES, wgmma_smem_bytes
 
     configs = [(wm, bn, stages) for wm in (1, 2) for bn in WGMMA_BN_CHOICES for stages in (5, 6, 8)]
