@@ -282,3 +282,20 @@ def test_streamk_iteration_count_past_int32_is_a_clear_error(stub_device):
         ops._launch_grid("kernel", launch, torch.device("cpu"), 7168, (56, 2**21, 1), "indexed")
     grid, scratch = ops._launch_grid("kernel", launch, torch.device("cpu"), 7168, (56, 1000, 1), "indexed")
     assert grid == (3 * launch.spec.min_blocks_per_sm, 1, 1) and scratch != (0, 0)
+
+
+def test_env_switches_stay_live_and_decode_once(monkeypatch):
+    """The launch paths key their plans on env.raw() values and read flags through a per-value
+    cache: a change in-process is still seen on the next call."""
+    from chord_kernels import env
+
+    monkeypatch.delenv(env.VALIDATE_ROUTING, raising=False)
+    assert env.raw(env.VALIDATE_ROUTING) is None and env.flag(env.VALIDATE_ROUTING) is False
+    for value, want in (("1", True), (" Yes ", True), ("0", False), ("on", True), ("", False)):
+        monkeypatch.setenv(env.VALIDATE_ROUTING, value)
+        assert env.flag(env.VALIDATE_ROUTING) is want, value
+        assert env.text(env.raw(env.VALIDATE_ROUTING)) == value
+    monkeypatch.setenv(env.INDEXED_KERNEL, "wgmma")
+    assert env.get(env.INDEXED_KERNEL, "auto") == "wgmma"
+    monkeypatch.delenv(env.INDEXED_KERNEL)
+    assert env.get(env.INDEXED_KERNEL, "auto") == "auto" and env.text(None, "auto") == "auto"

@@ -15,10 +15,22 @@ _TRUTHY = ("1", "true", "yes", "on")
 
 
 def get(name: str, default: str = "") -> str:
+    return text(raw(name), default)
+
+
+def raw(name: str):
+    """The variable's value as the process stores it (bytes on POSIX, not decoded; None when
+    unset): the launch paths put it in their plan keys as is and decode only on a plan miss."""
     if _RAW is None:
-        return os.environ.get(name, default)
-    value = _RAW.get(_KEYS.get(name) or name.encode())
-    return default if value is None else value.decode()
+        return os.environ.get(name)
+    return _RAW.get(_KEYS.get(name) or name.encode())
+
+
+def text(value, default: str = "") -> str:
+    """A raw() value as text (default when unset)."""
+    if value is None:
+        return default
+    return value.decode() if isinstance(value, bytes) else value
 
 
 VALIDATE_ROUTING = "CHORD_VALIDATE_ROUTING"
@@ -29,5 +41,12 @@ PRINT_CONFIGS = "CHORD_PRINT_CONFIGS"
 _KEYS = {name: name.encode() for name in (VALIDATE_ROUTING, INDEXED_KERNEL, TUNING, BLOCK_M, PRINT_CONFIGS)}
 
 
+_FLAG_VALUES: dict = {}  # raw value -> bool: a switch read per call decodes each value once
+
+
 def flag(name: str) -> bool:
-    return get(name).strip().lower() in _TRUTHY
+    value = raw(name)
+    known = _FLAG_VALUES.get(value)
+    if known is None:
+        known = _FLAG_VALUES[value] = text(value).strip().lower() in _TRUTHY
+    return known

@@ -199,11 +199,11 @@ def _indexed_cuda(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, b
            sorted_ids.shape, sorted_ids.dtype, sorted_ids.get_device(), expert_ids.shape, expert_ids.dtype,
            expert_ids.get_device(), num_tokens_padded.dtype, num_tokens_padded.get_device(),
            out.shape, out.stride(), out.dtype, out.get_device(), top_k, block_m,
-           env.get(env.INDEXED_KERNEL, "auto"), env.get(env.TUNING))
+           env.raw(env.INDEXED_KERNEL), env.raw(env.TUNING))
     plan = _indexed_plans.get(key)
     if plan is None:
         plan = _indexed_plans[key] = _indexed_plan(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k,
-                                                   block_m, out, key[-2], key[-1])
+                                                   block_m, out, env.text(key[-2], "auto"), env.text(key[-1]))
     kernel, launch, grid, block, int_values, scratch, device_index = plan
     params = MOE_PARAMS.pack(a.data_ptr(), qw.data_ptr(), packed.scale.data_ptr(), out.data_ptr(),
                              sorted_ids.data_ptr(), expert_ids.data_ptr(), num_tokens_padded.data_ptr(), 0, 0, 0,
