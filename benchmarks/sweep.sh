@@ -32,6 +32,7 @@ for config in "$@"; do
   IFS=: read -r -a parts <<< "$config"
   label=${parts[0]}
   echo "== sweep $label (${parts[*]:1})"
+  env "${parts[@]:1}" python3 -c "import chord_kernels.jit.paths as p, chord_kernels as c; print('   chord_kernels:', c.__file__, 'csrc:', p.csrc_dir())"
   env "${parts[@]:1}" python3 -m benchmarks.bench_chord --routing-dir "$ROUTING" "${FILTER[@]}" \
     --out "$OUT/sweep_$label.json" --budget-s "${SWEEP_BUDGET_S:-120}" > "$OUT/sweep_$label.log" 2>&1
   echo "   exit=$?"; grep -E "ERROR|check=(fail|nan)|Error" "$OUT/sweep_$label.log" | head -5
