@@ -424,7 +424,8 @@ def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: st
 def indexed_profile_launches(n: int, k: int, arch: str = DEFAULT_ARCH) -> list[Launch]:
     """Every launch the heuristic can pick for a projection shape (every routing block size)."""
     seen: dict[str, Launch] = {}
-    for block_m in (8, 16, 24, 32, 40, 48, 56, 64, 96, 128):
+    # The blocks the rule asks for, plus CHORD_W4A16_BLOCK_M sizes between them (the mma tile).
+    for block_m in sorted(set(INDEXED_BLOCK_M_CHOICES) | {24, 40, 48, 56}):
         launch = select_indexed(IndexedProblem(n, k, 1, 1, block_m), arch)
         seen.setdefault(launch.spec.symbol, launch)
     return list(seen.values())
@@ -445,7 +446,7 @@ def indexed_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
             for block_m in (16, 32):  # the wgmma tile's BN 16/32 (family override)
                 small = choose_indexed_wgmma(IndexedProblem(n, k, 1, 1, block_m), arch)
                 seen.setdefault(small.spec.symbol, small)
-            for block_m in (8, 16, 32, 64, 96, 128):  # the wgmma tile on the stream-K schedule (family override)
+            for block_m in INDEXED_BLOCK_M_CHOICES:  # the wgmma tile on the stream-K schedule (family override)
                 sk = choose_indexed_wgmma_streamk(IndexedProblem(n, k, 1, 1, block_m), arch)
                 seen.setdefault(sk.spec.symbol, sk)
     return list(seen.values())
