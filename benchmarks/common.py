@@ -573,7 +573,11 @@ def _measure(backend, opts, handle, wp, ws, routing, point, proj, rec, device) -
         rec["first_call_s"] = round(time.perf_counter() - t0, 4)
         rec["config"] = backend.describe(handle, call, point, proj)
         call.out.fill_(float("nan"))  # poison: any routed row the kernel skips shows as NaN
-        single_ms = event_time_ms(call.fn)
+        if os.environ.get("BENCH_NVTX"):  # ncu --nvtx --nvtx-include "bench_point/": profile this call only
+            with torch.cuda.nvtx.range("bench_point"):
+                single_ms = event_time_ms(call.fn)
+        else:
+            single_ms = event_time_ms(call.fn)
         if rec["rows"] is not None and routes.numel() != rec["rows"]:
             raise RuntimeError(f"routing file says {rec['rows']} kept routes, recomputed {routes.numel()}")
         ref = reference_rows(a, wp, ws, routes, experts, top_k)

@@ -56,27 +56,41 @@ def test_short_k_prefill_is_the_wgmma_tile_on_the_stream_k_schedule(block_m, bn)
     """TP8 down (K=256) prefill blocks: 4 stages a tile, so the ring must run across tiles."""
     launch = dispatch.select_indexed(IndexedProblem(7168, 256, 384, 8, block_m))
     assert launch.spec.family == "indexed_wgmma_sk" and launch.persistent
-    assert launch.spec.config == {"WM": 2, "BN": bn, "STAGES": 8}
+    assert launch.spec.config == {"WM": 2, "BN": bn, "STAGES": 8, "CWG": 2}
     # blocks between the mma tile's 32 rows and the wgmma tile's 64 (a CHORD_W4A16_BLOCK_M
     # override) stay on the one-CTA mma tile
     odd = dispatch.select_indexed(IndexedProblem(7168, 256, 384, 8, 48))
     assert odd.spec.family == "indexed_mma" and odd.spec.config["TT"] == 6
 
 
-def test_wgmma_tile_for_mid_batch_blocks_by_override():
-    """Blocks of 8-32 rows stay on the stream-K mma kernel under ``auto``; the family override
-    runs them on the wgmma tile with N = 16 or 32 (the mid-batch experiment)."""
+def test_mid_batch_blocks():
+    """Blocks of 8-16 rows stay on the stream-K mma kernel under ``auto``; 17-32 rows on deep K
+    and wide N take the 512-row wgmma tile with 4 consumer warpgroups (indexed only), short K or
+    narrow N the stream-K mma kernel; the family override runs every block on the wgmma tile with
+    N = 16 or 32."""
     for block_m, bn in ((8, 16), (16, 16), (24, 32), (32, 32)):
         problem = IndexedProblem(4096, 7168, 48, 8, block_m)
-        assert dispatch.select_indexed(problem).spec.family == "indexed_mma_sk"
+        launch = dispatch.select_indexed(problem)
+        if block_m <= 16:
+            assert launch.spec.family == "indexed_mma_sk"
+        else:
+            assert launch.spec.family == "indexed_wgmma" and launch.spec.config == {"WM": 2, "BN": 32, "STAGES": 8,
+                                                                                  "CWG": 4}
+            assert launch.spec.threads == 640 and launch.cols_per_cta == 512
         launch = dispatch.select_indexed(problem, family="wgmma")
         assert launch.spec.config["BN"] == bn and launch.rows_per_cta == bn and launch.ctas_per_block(problem) == 1
+    for n, k in ((7168, 256), (512, 7168)):  # TP8 down (short K), TP8 gate_up (narrow N)
+        assert dispatch.select_indexed(IndexedProblem(n, k, 384, 8, 32)).spec.family == "indexed_mma_sk"
+    # The stream-K schedule keeps 2 consumer warpgroups (with 4 it spills).
+    assert dispatch.select_indexed(IndexedProblem(4096, 7168, 48, 8, 32), family="wgmma_sk").spec.config["CWG"] == 2
 
 
 def test_grid_covers_n_and_every_routing_block():
     problem = IndexedProblem(n=4096, k=7168, num_experts=48, top_k=8, block_m=32)
     launch = dispatch.select_indexed(problem)
-    assert launch.grid(problem, num_blocks=10) == (4096 // 256, 10, 1)
+    assert launch.grid(problem, num_blocks=10) == (4096 // 512, 10, 1)
+    narrow = IndexedProblem(n=160, k=7168, num_experts=48, top_k=8, block_m=32)
+    assert dispatch.select_indexed(narrow, family="wgmma").grid(narrow, num_blocks=10) == (2, 10, 1)
     big = IndexedProblem(n=4096, k=7168, num_experts=48, top_k=8, block_m=128)
     assert dispatch.select_indexed(big, family="mma").grid(big, num_blocks=10) == (4096 // 256, 10 * 2, 1)
     assert dispatch.select_indexed(big).grid(big, num_blocks=10) == (4096 // 256, 10, 1)
@@ -188,10 +202,10 @@ def test_profiles_cover_the_heuristic():
         assert {s.symbol for s in profile_specs(name)} <= reachable
     symbols = {s.symbol for s in all_default_specs()}
     assert {"chord_indexed_mma_NT4_TT8_STAGE_K128_STAGES3", "chord_indexed_mma_sk_NT2_TT1_STAGE_K256_STAGES3",
-            "chord_indexed_simple_BLOCK_K64", "chord_indexed_wgmma_WM2_BN128_STAGES6",
-            "chord_indexed_wgmma_WM2_BN64_STAGES6"} <= symbols
+            "chord_indexed_simple_BLOCK_K64", "chord_indexed_wgmma_WM2_BN128_STAGES6_CWG2",
+            "chord_indexed_wgmma_WM2_BN64_STAGES6_CWG2", "chord_indexed_wgmma_WM2_BN32_STAGES8_CWG4"} <= symbols
     ep8 = {s.symbol for s in profile_specs("h200_ep8")}
-    assert "chord_indexed_wgmma_WM2_BN128_STAGES6" in ep8
+    assert "chord_indexed_wgmma_WM2_BN128_STAGES6_CWG2" in ep8 and "chord_indexed_wgmma_WM2_BN32_STAGES8_CWG4" in ep8
 
 
 def test_non_sm90_gpu_is_a_clear_error(monkeypatch):
@@ -213,9 +227,13 @@ def test_tuning_override(monkeypatch):
         dispatch.choose_indexed_mma(IndexedProblem(4096, 320, 48, 8, 8), tuning="STAGE_K=256")
     # One override string serves both tensor-core families: each takes its own keys.
     wg = dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="NT=4,BN=64,STAGES=4")
-    assert wg.spec.config == {"WM": 2, "BN": 64, "STAGES": 4}
+    assert wg.spec.config == {"WM": 2, "BN": 64, "STAGES": 4, "CWG": 2}
     with pytest.raises(ValueError, match="WM 1.2, BN 16.32.64.96.128, STAGES 2..8"):
         dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="BN=80")
+    with pytest.raises(ValueError, match="WM.BN <= 64"):
+        dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="CWG=4")
+    wg4 = dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 64), tuning="CWG=4,WM=1")
+    assert wg4.spec.threads == 640 and wg4.cols_per_cta == 256 and wg4.smem_bytes <= 227 * 1024
     monkeypatch.setenv("CHORD_W4A16_BLOCK_M", "24")
     assert dispatch.indexed_block_m(10, 48) == 24
 

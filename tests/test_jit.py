@@ -145,14 +145,15 @@ def test_no_register_spills_in_any_reachable_kernel(tmp_path):
 
 def test_wgmma_smem_bytes_is_the_struct_size(tmp_path):
     """The host's shared-memory size for the wgmma tile (the launch's dynamic smem, and the
-    kernel traps if it is smaller) equals sizeof(WgmmaTile::Smem), for every BN and both
-    stage parities (host-side sizeof through nvcc: no GPU needed)."""
+    kernel traps if it is smaller) equals sizeof(WgmmaTile::Smem), for every BN, both stage
+    parities and both consumer warpgroup counts (host-side sizeof through nvcc: no GPU needed)."""
     nvcc = real_nvcc()
     from chord_kernels.dispatch import WGMMA_BN_CHOICES, wgmma_smem_bytes
 
-    configs = [(wm, bn, stages) for wm in (1, 2) for bn in WGMMA_BN_CHOICES for stages in (5, 6, 8)]
-    prints = "\n".join(f'  std::printf("%zu\\n", sizeof(chord::WgmmaTile<{wm}, {bn}, {st}, 64>::Smem));'
-                       for wm, bn, st in configs)
+    configs = [(wm, bn, stages, cwg) for wm in (1, 2) for bn in WGMMA_BN_CHOICES for stages in (5, 6, 8)
+               for cwg in (2, 4) if cwg == 2 or wm * bn <= 64]
+    prints = "\n".join(f'  std::printf("%zu\\n", sizeof(chord::WgmmaTile<{wm}, {bn}, {st}, 64, {cwg}>::Smem));'
+                       for wm, bn, st, cwg in configs)
     src = tmp_path / "smem_size.cu"
     src.write_text(f'#include <cstdio>\n#include "common/w4a16_wgmma_tile.cuh"\nint main() {{\n{prints}\n}}\n')
     exe = tmp_path / "smem_size"

@@ -12,7 +12,7 @@
 // releases its row-id stores). It reads the next row tile's indices one tile ahead. The two
 // consumer warpgroups walk the same run: wait "full", dequantize and issue the stage's wgmmas,
 // release the previous slot; at a tile's last iteration in the run they retire every group, store
-// the tile (or their partial: split-tile fix-up over a named barrier of the 256 consumer threads,
+// the tile (or their partial: split-tile fix-up over a named barrier of the consumer threads,
 // the producer never joins it), release the slot and start the next tile with scale-d = 0.
 #pragma once
 
@@ -23,9 +23,9 @@
 
 namespace chord {
 
-template <int WM, int BN, int STAGES, int BLOCK_K, template <int> class ROW_TILES>
+template <int WM, int BN, int STAGES, int BLOCK_K, template <int> class ROW_TILES, int CWG = 2>
 struct WgmmaStreamK {
-  using Tile = WgmmaTile<WM, BN, STAGES, BLOCK_K>;
+  using Tile = WgmmaTile<WM, BN, STAGES, BLOCK_K, CWG>;
   using Smem = typename Tile::Smem;
   using Rows = ROW_TILES<BN>;
   using Walk = StreamKWalk<STAGES>;
@@ -38,9 +38,10 @@ struct WgmmaStreamK {
   static constexpr int kSumChunk = kAcc < 16 ? kAcc : 16;  // the finisher's sums in flight (registers)
   using Fixup = StreamKFixup<kConsumerThreads, kAcc>;
   // The producer walks the schedule and keeps two row tiles' indices: it needs more registers
-  // than the one-tile producer (at 64-88 it spilled), the consumers a little fewer.
-  static constexpr int kProducerRegs = 104;
-  static constexpr int kConsumerRegs = 200;
+  // than the one-tile producer (at 64-88 it spilled), the consumers a little fewer. With 4
+  // consumer warpgroups everyone keeps the launch's 96 (nothing to hand over).
+  static constexpr int kProducerRegs = CWG == 2 ? 104 : Tile::kLaunchRegs;
+  static constexpr int kConsumerRegs = CWG == 2 ? 200 : Tile::kLaunchRegs;
 
   // The host keeps row tiles x column tiles x stages under 2^31 (chord_kernels/ops.py).
   __device__ static void run(const MoeParams& p) {

@@ -4,7 +4,7 @@
 // is wgmma.mma_async: mma.sync cannot feed Hopper's tensor cores at their full rate.
 //
 // Operands stay swapped: dequantized weights are the register A operand on WGMMA-M (each of the
-// two consumer warpgroups owns WM m64 tiles = 64*WM weight rows; warp w of a warpgroup reads
+// CWG (2 or 4) consumer warpgroups owns WM m64 tiles = 64*WM weight rows; warp w of a warpgroup reads
 // n-tile 4m+w, so the packed per-lane fragment word is exactly its A fragment), the tile's rows
 // are WGMMA-N (BN = 64, 96 or 128; 16/32 by override) and come from shared memory, K-major in the 128-byte swizzle,
 // through a descriptor.
@@ -12,7 +12,7 @@
 // Warp-specialized: warpgroup 0 is the producer. It gathers each 64-column stage (the consumer
 // lanes' weight chunks, the CTA rows' scales, the tile's activation rows) into a STAGES-deep
 // ring with cp.async and signals the slot's "full" mbarrier when its copies land; it gives its
-// registers to the consumers (setmaxnreg). Warpgroups 1 and 2 wait on "full", load their weight
+// registers to the consumers (setmaxnreg). The consumer warpgroups wait on "full", load their weight
 // chunk and scales, dequantize k step i+1 into one of two A register sets while the wgmma group
 // of step i runs (wait_group<1>), and release a slot on its "empty" mbarrier (one arrival per
 // warp) once the group that read it has retired. No CTA-wide barrier in the main loop: the consumers never wait on each
@@ -30,9 +30,12 @@
 
 namespace chord {
 
-template <int WM, int BN, int STAGES, int BLOCK_K>
+// CWG = 4 (640 threads, ~96-104 registers a thread): twice the warps to hide the dequant's
+// latency, and with WM = 2 a 512-row tile that reads each activation stage once per 512 weight
+// rows; only small accumulators fit (WM * BN <= 64), i.e. mid batch (docs/design/indexed-kernels.md v13).
+template <int WM, int BN, int STAGES, int BLOCK_K, int CWG = 2>
 struct WgmmaTile {
-  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kConsumerWarpgroups = CWG;
   static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
   static constexpr int kProducerThreads = 128;  // warpgroup 0
   static constexpr int kThreads = kProducerThreads + 32 * kConsumerWarps;
@@ -44,8 +47,8 @@ struct WgmmaTile {
     return kProducerThreads * (kLaunchRegs - producer) >= 32 * kConsumerWarps * (consumer - kLaunchRegs);
   }
   // One tile per CTA: the producer only adds stage offsets; the consumers get the rest.
-  static constexpr int kProducerRegs = 72;
-  static constexpr int kConsumerRegs = 216;
+  static constexpr int kProducerRegs = CWG == 2 ? 72 : 64;
+  static constexpr int kConsumerRegs = CWG == 2 ? 216 : 104;
   static constexpr int kRows = kConsumerWarpgroups * WM * 64;  // weight rows (output columns) per CTA
   static constexpr int kTok = BN;                               // activation rows per CTA
   static constexpr int kStageK = 64;                            // one 128-byte swizzle row of BF16
@@ -53,6 +56,7 @@ struct WgmmaTile {
   using Mma = WgmmaRS<BN>;
   static_assert(BN % 8 == 0 && BN <= 256, "BN must be a multiple of 8 (one swizzle atom), at most 256");
   static_assert(STAGES >= 2, "the ring needs a slot being read and one being filled");
+  static_assert(CWG == 2 || (CWG == 4 && WM * BN <= 64), "4 consumer warpgroups hold at most 32 accumulators a thread");
   static_assert(BLOCK_K % kStageK == 0, "the packed BLOCK_K must be a multiple of 64");
 
   // The host passes chord_kernels.dispatch wgmma_smem_bytes(), which mirrors sizeof(Smem).
@@ -67,7 +71,7 @@ struct WgmmaTile {
     // ids, -1 = none), written by the producer with the slot, read by the tile's epilogue.
     int32_t route[STAGES][kTok];
     uint64_t full[STAGES];   // the producer's copies of the slot landed (see init_barriers)
-    uint64_t empty[STAGES];  // every consumer warp is done with the slot (8 arrivals)
+    uint64_t empty[STAGES];  // every consumer warp is done with the slot (4*CWG arrivals)
     int32_t finisher;        // stream-K: "this CTA adds up the split tile"
   };
 
@@ -100,10 +104,10 @@ struct WgmmaTile {
     static_assert(regs_fit(P, C), "setmaxnreg: consumers would wait for registers forever");
     __syncthreads();
     if (threadIdx.x < kProducerThreads) {
-      warpgroup_reg_dealloc<P>();
+      if constexpr (P < kLaunchRegs) warpgroup_reg_dealloc<P>();
       produce();
     } else {
-      warpgroup_reg_alloc<C>();
+      if constexpr (C > kLaunchRegs) warpgroup_reg_alloc<C>();
       consume();
     }
   }
@@ -114,7 +118,7 @@ struct WgmmaTile {
     split_roles<kProducerRegs, kConsumerRegs>([&] { produce(p, sm, expert); }, [&] { consume(p, sm); });
   }
 
-  // n-tile of consumer warp `cwarp` (0..7), m64 tile m, in CTA column tile `col_tile`.
+  // n-tile of consumer warp `cwarp` (0..4*CWG-1), m64 tile m, in CTA column tile `col_tile`.
   __device__ __forceinline__ static int tile_of(int col_tile, int cwarp, int m) {
     return col_tile * (kRows / kTile) + ((cwarp / 4) * WM + m) * 4 + cwarp % 4;
   }
@@ -284,7 +288,7 @@ struct WgmmaTile {
 
   // Every group that read earlier slots has retired (the last one at this stage's kt == 0), and
   // so have this warp's loads from them. Each warp releases its own reads (the producer refills
-  // the slot after all 8 arrived); __syncwarp orders the lanes' loads before lane 0's arrive.
+  // the slot after all of them arrived); __syncwarp orders the lanes' loads before lane 0's arrive.
   // (Inside the k loop, the arrive makes ptxas serialize the wgmmas: C7513.)
   __device__ __forceinline__ static void release(Smem& sm, int slot) {
     __syncwarp();

@@ -72,10 +72,10 @@ struct IndexedMmaStreamK : MmaStreamK<NT, TT, STAGE_K, STAGES, kIndexedBlockK, I
 template <int NT, int TT, int STAGE_K, int STAGES>
 struct IndexedMma : IndexedRows<MmaTile<NT, TT, STAGE_K, STAGES, kIndexedBlockK>> {};
 
-template <int WM, int BN, int STAGES>
-struct IndexedWgmmaStreamK : WgmmaStreamK<WM, BN, STAGES, kIndexedBlockK, IndexedRowTiles> {};
+template <int WM, int BN, int STAGES, int CWG>
+struct IndexedWgmmaStreamK : WgmmaStreamK<WM, BN, STAGES, kIndexedBlockK, IndexedRowTiles, CWG> {};
 
-template <int WM, int BN, int STAGES>
-struct IndexedWgmma : IndexedRows<WgmmaTile<WM, BN, STAGES, kIndexedBlockK>> {};
+template <int WM, int BN, int STAGES, int CWG>
+struct IndexedWgmma : IndexedRows<WgmmaTile<WM, BN, STAGES, kIndexedBlockK, CWG>> {};
 
 }  // namespace chord

@@ -147,6 +147,37 @@ def test_streamk_split_tiles_and_locks_left_zero(kernel_family):
             assert not locks.any(), "a launch left a stream-K lock non-zero"
 
 
+@pytest.mark.parametrize("tuning", ["CWG=4", "CWG=4,WM=1"])
+def test_four_consumer_warpgroups(kernel_family, tuning, monkeypatch):
+    """The wgmma tile with 4 consumer warpgroups (640 threads; 512 weight rows a CTA at WM=2; auto
+    runs it one CTA per tile for 17-32-row blocks) on both schedules: Kimi shapes at 8-32-row
+    blocks (64 at WM=1), and N = 336, which ends inside the tile (its last n-tiles are clamped
+    copies that are never stored)."""
+    if kernel_family not in ("wgmma", "wgmma_sk"):
+        pytest.skip("the wgmma tile only")
+    monkeypatch.setenv("CHORD_W4A16_TUNING", tuning)
+    blocks = (8, 16, 32) + ((64,) if "WM=1" in tuning else ())
+    for shape in ("ep8_down", "tp8_down"):
+        problem = make_problem(shape, 64, skew=True, seed=41)
+        for block_m in blocks:
+            sorted_ids, expert_ids, ntp = align(problem, block_m)
+            out = run_indexed(problem, sorted_ids, expert_ids, ntp, block_m)
+            check_against_reference(problem, out, sorted_ids, expert_ids, ntp, block_m)
+    g = torch.Generator().manual_seed(42)
+    e, n, k, tokens, top_k = 5, 336, 1024, 40, 4
+    codes = torch.randint(0, 16, (e, n, k), generator=g, dtype=torch.uint8)
+    scale = (torch.rand(e, n, k // 32, generator=g) * 0.05 + 1e-3).to(torch.bfloat16)
+    packed = layouts.pack_w4a16(codes, scale, "indexed").to("cuda")
+    a = torch.randn(tokens, k, generator=g).to(torch.bfloat16).to("cuda")
+    topk = torch.randint(0, e, (tokens, top_k), generator=g).to(torch.int32).to("cuda")
+    w = reference.dequantize_w4a16(packed.to("cpu"))
+    for block_m in blocks:
+        sorted_ids, expert_ids, ntp = routing.moe_align_block_size(topk, block_m, e)
+        out = indexed(a, packed, sorted_ids, expert_ids, ntp, top_k, block_m)
+        ref = reference.moe_indexed_reference(a.cpu(), w, sorted_ids.cpu(), expert_ids.cpu(), ntp.cpu(), top_k, block_m)
+        torch.testing.assert_close(out.cpu().float(), ref.float(), rtol=2e-2, atol=2e-2)
+
+
 def test_cuda_graph_capture_with_routing_changed_between_replays():
     block_m = 16
     problem = make_problem("tp8_gate_up", 24, seed=12)

@@ -43,6 +43,12 @@ WGMMA_MIN_K = 1024
 # last wave's idle slots cost most (docs/design/indexed-kernels.md, v9: faster or equal at every
 # point with blocks of 8-32 rows; 2x slower with 128-row blocks, which belong to the wgmma tile).
 STREAMK_MAX_BLOCK_M = 32
+# Indexed mid batch (routing blocks of 17-32 rows) on deep K and wide N: the wgmma tile with 4
+# consumer warpgroups and 512 weight rows per CTA, one CTA per tile (v13, H200, EP8 T=128, sum
+# of gate_up and down: 523 -> 475 µs against the stream-K mma tile, skewed 561 -> 550; at
+# 16-row blocks it lost, 269 -> 345 at EP8 T=64 gate_up). Indexed only: grouped keeps 2.
+MID_BATCH_WGMMA_ROWS = (17, 32)
+MID_BATCH_WGMMA_MIN_N = 2048  # measured on EP8 (N 4096, 7168); TP8 gate_up (N 512) reaches 17-32-row blocks only off the grid
 
 
 def indexed_block_m(valid_shape_m: int, num_experts: int) -> int:
@@ -245,52 +251,62 @@ def indexed_mma(nt: int, tt: int, stage_k: int, stages: int = 3, arch: str = DEF
                       nt, tt, stage_k, stages, arch)
 
 
-def wgmma_smem_bytes(wm: int, bn: int, stages: int) -> int:
-    """sizeof(WgmmaTile::Smem): per stage the swizzled activation rows (128 bytes each), the 8
-    consumer warps' weight chunks (WM x 512 bytes each), the CTA rows' two scale groups, the
+def wgmma_smem_bytes(wm: int, bn: int, stages: int, cwg: int = 2) -> int:
+    """sizeof(WgmmaTile::Smem): per stage the swizzled activation rows (128 bytes each), the
+    4*CWG consumer warps' weight chunks (WM x 512 bytes each), the CTA rows' two scale groups, the
     stream-K schedule's row ids and two mbarriers (full, empty); then two int32 row indices per
     row and the stream-K finisher flag (the struct pads to 16 bytes)."""
-    rows = 2 * 64 * wm
-    return stages * (bn * 128 + 8 * wm * 512 + 2 * rows * 2 + bn * 4 + 16) + bn * 2 * 4 + 16
+    rows = cwg * 64 * wm
+    return stages * (bn * 128 + 4 * cwg * wm * 512 + 2 * rows * 2 + bn * 4 + 16) + bn * 2 * 4 + 16
 
 
-WGMMA_THREADS = 384  # a producer warpgroup + two consumer warpgroups
 WGMMA_STAGE_K = 64  # K columns per ring stage of the wgmma tile (one 128-byte swizzle row)
+# Consumer warpgroups of the wgmma tile: 2 (384 threads), or 4 (640 threads, ~96-104 registers a
+# thread) when the accumulators are small (WM * BN <= 64): twice the warps hide more of the
+# dequant's latency (Humming's mid-batch kernel runs 4; docs/design/indexed-kernels.md v13).
+WGMMA_CWG_CHOICES = (2, 4)
+
+
+def wgmma_threads(cwg: int) -> int:
+    return 128 * (1 + cwg)  # a producer warpgroup + the consumer warpgroups
 
 
 def wgmma_launch(family: str, header: str, body: str, template_args: tuple, wm: int, bn: int, stages: int,
-                 arch: str) -> Launch:
-    """A wgmma tile (csrc/common/w4a16_wgmma_tile.cuh) launch: a producer warpgroup and 2 consumer
-    warpgroups x ``wm`` m64 weight tiles, ``bn`` rows on WGMMA-N; one CTA per SM (its ring fills
-    shared memory; the consumers take 216 registers a thread, 200 on the stream-K schedule)."""
+                 arch: str, cwg: int = 2) -> Launch:
+    """A wgmma tile (csrc/common/w4a16_wgmma_tile.cuh) launch: a producer warpgroup and ``cwg``
+    consumer warpgroups x ``wm`` m64 weight tiles, ``bn`` rows on WGMMA-N; one CTA per SM (its
+    ring fills shared memory; with 2 consumer warpgroups they take 216 registers a thread, 200 on
+    the stream-K schedule; with 4, 104 and 96)."""
     spec = KernelSpec(family=family, header=header, body=body, params_type="chord::MoeParams",
-                      template_args=template_args, threads=WGMMA_THREADS, min_blocks_per_sm=1, arch=arch)
-    return Launch(spec, rows_per_cta=bn, cols_per_cta=2 * 64 * wm, smem_bytes=wgmma_smem_bytes(wm, bn, stages))
+                      template_args=template_args, threads=wgmma_threads(cwg), min_blocks_per_sm=1, arch=arch)
+    return Launch(spec, rows_per_cta=bn, cols_per_cta=cwg * 64 * wm,
+                  smem_bytes=wgmma_smem_bytes(wm, bn, stages, cwg))
 
 
 def wgmma_streamk_launch(family: str, header: str, body: str, template_args: tuple, wm: int, bn: int, stages: int,
-                         arch: str) -> Launch:
+                         arch: str, cwg: int = 2) -> Launch:
     """The wgmma tile on the stream-K schedule (csrc/common/w4a16_wgmma_streamk.cuh): persistent
-    CTAs, each with two FP32 partial slots of 256 consumer threads x WM*BN/2 accumulators."""
-    launch = wgmma_launch(family, header, body, template_args, wm, bn, stages, arch)
-    return replace(launch, partial_floats=2 * 256 * wm * bn // 2, iteration_k=WGMMA_STAGE_K)
+    CTAs, each with two FP32 partial slots of 128*CWG consumer threads x WM*BN/2 accumulators."""
+    launch = wgmma_launch(family, header, body, template_args, wm, bn, stages, arch, cwg)
+    return replace(launch, partial_floats=2 * 128 * cwg * wm * bn // 2, iteration_k=WGMMA_STAGE_K)
 
 
-def indexed_wgmma(wm: int, bn: int, stages: int, arch: str = DEFAULT_ARCH) -> Launch:
+def indexed_wgmma(wm: int, bn: int, stages: int, arch: str = DEFAULT_ARCH, cwg: int = 2) -> Launch:
     """Indexed routing on the wgmma tile, one CTA per tile."""
     return wgmma_launch("indexed_wgmma", "indexed/w4a16_indexed_mma.cuh", "chord::IndexedWgmma",
-                        (("WM", wm), ("BN", bn), ("STAGES", stages)), wm, bn, stages, arch)
+                        (("WM", wm), ("BN", bn), ("STAGES", stages), ("CWG", cwg)), wm, bn, stages, arch, cwg)
 
 
-def indexed_wgmma_streamk(wm: int, bn: int, stages: int, arch: str = DEFAULT_ARCH) -> Launch:
+def indexed_wgmma_streamk(wm: int, bn: int, stages: int, arch: str = DEFAULT_ARCH, cwg: int = 2) -> Launch:
     """Indexed routing on the wgmma tile, stream-K schedule."""
     return wgmma_streamk_launch("indexed_wgmma_sk", "indexed/w4a16_indexed_mma.cuh", "chord::IndexedWgmmaStreamK",
-                                (("WM", wm), ("BN", bn), ("STAGES", stages)), wm, bn, stages, arch)
+                                (("WM", wm), ("BN", bn), ("STAGES", stages), ("CWG", cwg)), wm, bn, stages, arch,
+                                cwg)
 
 
 MMA_TUNABLE = ("NT", "TT", "STAGE_K", "STAGES")
-WGMMA_TUNABLE = ("WM", "BN", "STAGES")
-TUNABLE = MMA_TUNABLE + ("WM", "BN")
+WGMMA_TUNABLE = ("WM", "BN", "STAGES", "CWG")
+TUNABLE = MMA_TUNABLE + ("WM", "BN", "CWG")
 
 
 def parse_tuning(text: str) -> dict[str, int]:
@@ -332,18 +348,27 @@ def wgmma_shape(n: int, rows: int) -> dict[str, int]:
     the v6 sweep). ``auto`` sends only blocks of 64+ rows here; BN 16/32 (mid batch, with
     CHORD_W4A16_INDEXED_KERNEL=wgmma) are the experiment against the stream-K mma kernel."""
     bn = next((b for b in WGMMA_BN_CHOICES if rows <= b), WGMMA_BN_CHOICES[-1])
-    return {"WM": 2 if n >= 256 else 1, "BN": bn, "STAGES": 6}
+    wm = 2 if n >= 256 else 1
+    # Up to 32 rows the accumulators are small enough for 4 consumer warpgroups (512 weight rows),
+    # and their 8-deep ring still fits (181 KB; v13: 6 -> 8 stages took EP8 T=128 490 -> 475 µs).
+    cwg = 4 if wm == 2 and bn <= 32 else 2
+    return {"WM": wm, "BN": bn, "STAGES": 8 if cwg == 4 else 6, "CWG": cwg}
 
 
 def wgmma_streamk_shape(n: int, rows: int) -> dict[str, int]:
     """wgmma_shape on the stream-K schedule: the ring as deep as shared memory allows, up to 8
     stages (the schedule pays its fill once per CTA, not per tile, so depth is only bytes in
     flight: 8 stages of 256 weight rows are 64 KB a SM, twice what covers HBM latency)."""
-    cfg = wgmma_shape(n, rows)
-    per_stage = wgmma_smem_bytes(cfg["WM"], cfg["BN"], 2) - wgmma_smem_bytes(cfg["WM"], cfg["BN"], 1)
-    fixed = wgmma_smem_bytes(cfg["WM"], cfg["BN"], 1) - per_stage
-    cfg["STAGES"] = min(8, (SMEM_PER_SM - 1024 - fixed) // per_stage)
-    return cfg
+    # 2 consumer warpgroups: with 4 the stream-K producer and consumers share 96 registers a
+    # thread and spill (v13: slower at every mid-batch point measured).
+    return with_streamk_stages({**wgmma_shape(n, rows), "CWG": 2})
+
+
+def with_streamk_stages(cfg: dict[str, int]) -> dict[str, int]:
+    """The stream-K ring of a wgmma config: as deep as shared memory allows, up to 8 stages."""
+    size = functools.partial(wgmma_smem_bytes, cfg["WM"], cfg["BN"], cwg=cfg["CWG"])
+    per_stage = size(2) - size(1)
+    return {**cfg, "STAGES": min(8, (SMEM_PER_SM - 1024 - (size(1) - per_stage)) // per_stage)}
 
 
 def apply_tuning(cfg: dict[str, int], k: int, tuning: str) -> dict[str, int]:
@@ -355,6 +380,11 @@ def apply_tuning(cfg: dict[str, int], k: int, tuning: str) -> dict[str, int]:
         if cfg["WM"] not in (1, 2) or cfg["BN"] not in WGMMA_BN_CHOICES or not 2 <= cfg["STAGES"] <= 8 or k % 64:
             raise ValueError(f"tuning {cfg} does not fit K={k} (WM 1|2, BN 16|32|64|96|128, STAGES 2..8, "
                              "K a multiple of 64)")
+        if cfg["CWG"] not in WGMMA_CWG_CHOICES or (cfg["CWG"] == 4 and cfg["WM"] * cfg["BN"] > 64):
+            raise ValueError(f"tuning {cfg}: CWG is 2 or 4, and 4 consumer warpgroups need WM*BN <= 64 "
+                             "(their accumulators must fit ~100 registers a thread)")
+        if wgmma_smem_bytes(cfg["WM"], cfg["BN"], cfg["STAGES"], cfg["CWG"]) > SMEM_PER_SM - 1024:
+            raise ValueError(f"tuning {cfg}: the ring needs more shared memory than an SM has")
     elif k % cfg["STAGE_K"] or cfg["STAGE_K"] % 64 or not 1 <= cfg["TT"] <= MAX_TOKEN_TILES:
         raise ValueError(f"tuning {cfg} does not fit K={k} (STAGE_K must divide K, multiple of 64; TT 1..8)")
     return cfg
@@ -372,12 +402,12 @@ def choose_indexed_mma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH
 
 def choose_indexed_wgmma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
     cfg = apply_tuning(wgmma_streamk_shape(problem.n, problem.block_m), problem.k, tuning)
-    return indexed_wgmma_streamk(cfg["WM"], cfg["BN"], cfg["STAGES"], arch=arch)
+    return indexed_wgmma_streamk(cfg["WM"], cfg["BN"], cfg["STAGES"], arch=arch, cwg=cfg["CWG"])
 
 
 def choose_indexed_wgmma(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
     cfg = apply_tuning(wgmma_shape(problem.n, problem.block_m), problem.k, tuning)
-    return indexed_wgmma(cfg["WM"], cfg["BN"], cfg["STAGES"], arch=arch)
+    return indexed_wgmma(cfg["WM"], cfg["BN"], cfg["STAGES"], arch=arch, cwg=cfg["CWG"])
 
 
 def indexed_family() -> str:
@@ -401,7 +431,12 @@ def auto_tile_family(rows: int, k: int) -> str:
 def resolve_indexed_family(problem: IndexedProblem, family: str = "auto") -> str:
     if family not in INDEXED_FAMILIES:
         raise ValueError(f"CHORD_W4A16_INDEXED_KERNEL={family!r}; expected one of {', '.join(INDEXED_FAMILIES)}")
-    return auto_tile_family(problem.block_m, problem.k) if family == "auto" else family
+    if family != "auto":
+        return family
+    lo, hi = MID_BATCH_WGMMA_ROWS
+    if lo <= problem.block_m <= hi and problem.k >= WGMMA_MIN_K and problem.n >= MID_BATCH_WGMMA_MIN_N:
+        return "wgmma"  # the 512-row tile with 4 consumer warpgroups (wgmma_shape)
+    return auto_tile_family(problem.block_m, problem.k)
 
 
 def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: str = "auto",
