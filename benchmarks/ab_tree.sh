@@ -13,7 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REV=${1:?usage: ab_tree.sh REV [LABEL]}
 LABEL=${2:-$REV}
-DIR=.ab/$(git rev-parse --short "$REV")
+if [[ -d .ab/$REV ]]; then DIR=.ab/$REV  # already extracted (the device copy has no .git)
+else DIR=.ab/$(git rev-parse --short "$REV"); fi
 if [[ ! -d $DIR ]]; then
   mkdir -p "$DIR"
   git archive "$REV" csrc packages/chord-runtime/chord_kernels | tar -x -C "$DIR"

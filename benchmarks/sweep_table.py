@@ -32,14 +32,16 @@ def table(paths: list[Path]) -> str:
             rec = runs[label].get(key)
             us = rec.get("us") if rec and rec.get("check") == "ok" else None
             cells.append(f"{us:.1f}" if us else (rec or {}).get("check", "-") or "-")
-            if us:
-                sums.setdefault(key[:3], {}).setdefault(label, 0.0)
-                sums[key[:3]][label] += us
+            point = sums.setdefault(key[:3], {}).setdefault(label, [0.0, 0])
+            point[0] += us or 0.0
+            point[1] += 0 if us else 1  # a projection without a time: no sum for this config
         lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | " + " | ".join(cells) + " |")
     for point, by_label in sorted(sums.items()):
-        cells = [f"{by_label[label]:.1f}" if label in by_label else "-" for label in labels]
+        cells = [f"{by_label[label][0]:.1f}" if label in by_label and not by_label[label][1] else "-"
+                 for label in labels]
         lines.append(f"| {point[0]} | {point[1]} | {point[2]} | **sum** | " + " | ".join(cells) + " |")
-    configs = sorted({(label, key[3], rec.get("config", "")) for label, recs in runs.items()
+    # An errored point has no config (None): it is named by its status instead.
+    configs = sorted({(label, key[3], rec.get("config") or rec.get("status") or "-") for label, recs in runs.items()
                       for key, rec in recs.items() if key[2] == max(k[2] for k in recs)})
     lines += ["", "Configs at the largest T:"] + [f"- {label} {proj}: {cfg}" for label, proj, cfg in configs]
     return "\n".join(lines)

@@ -598,7 +598,7 @@ def test_update_doc_replaces_marker_lines_not_quoted_markers(tmp_path):
 
 def test_sweep_table_columns_and_sums(tmp_path):
     """benchmarks.sweep_table: one column per config file, per-projection rows and their sums;
-    failed checks shown instead of a time."""
+    failed checks shown instead of a time, errored points (no config) named by their status."""
     import json
 
     from benchmarks import sweep_table
@@ -609,7 +609,11 @@ def test_sweep_table_columns_and_sums(tmp_path):
 
     (tmp_path / "sweep_a.json").write_text(json.dumps({"points": [rec("gate_up", 10.0), rec("down", 5.0)]}))
     (tmp_path / "sweep_b.json").write_text(json.dumps({"points": [rec("gate_up", 8.0), rec("down", 1.0, "fail")]}))
-    text = sweep_table.table([tmp_path / "sweep_a.json", tmp_path / "sweep_b.json"])
-    assert "| scn | dist | T | proj | a | b |" in text
-    assert "| ep8 | uniform | 2048 | down | 5.0 | fail |" in text
-    assert "| ep8 | uniform | 2048 | **sum** | 15.0 | 8.0 |" in text
+    errored = {**rec("down", None, None), "config": None, "status": "error"}  # e.g. a tuning that does not fit
+    (tmp_path / "sweep_c.json").write_text(json.dumps({"points": [rec("gate_up", 7.0), errored]}))
+    text = sweep_table.table([tmp_path / f"sweep_{x}.json" for x in "abc"])
+    assert "| scn | dist | T | proj | a | b | c |" in text
+    assert "| ep8 | uniform | 2048 | down | 5.0 | fail | - |" in text
+    # a config with a projection missing has no sum (half a sum would read as a win)
+    assert "| ep8 | uniform | 2048 | **sum** | 15.0 | - | - |" in text
+    assert "- c down: error" in text

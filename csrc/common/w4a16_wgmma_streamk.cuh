@@ -75,14 +75,12 @@ struct WgmmaStreamK {
     auto fetch = [&](int row_tile) { return row_ids(p, row_tile); };
     RowTilesAhead<RowIds> rows(ld, w, fetch);
     typename Tile::Sources src;
-    typename Tile::ActSources act;
+    typename Tile::RowIndex act;  // row math per stage: tiles here can be 4 stages (Tile::RowIndex)
     auto new_tile = [&]() {
       const RowIds& cur = rows.cur;
       if (cur.expert >= 0) src = Tile::sources(p, cur.expert, ld.col);
-      int32_t act_row[kActPerThread];
 #pragma unroll
-      for (int i = 0; i < kActPerThread; ++i) act_row[i] = cur.route[i] >= 0 ? (int32_t)Rows::a_row(p, cur.route[i]) : -1;
-      act = Tile::act_sources(p, act_row);
+      for (int i = 0; i < kActPerThread; ++i) act.row[i] = cur.route[i] >= 0 ? (int32_t)Rows::a_row(p, cur.route[i]) : -1;
     };
     new_tile();
     for (int it = 0; it < iterations; ++it) {
