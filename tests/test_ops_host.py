@@ -32,8 +32,11 @@ def _problem(e=4, n=64, k=256, tokens=3, top_k=2, block_m=8):
 
 def test_indexed_plan_values(stub_device):
     a, packed, sorted_ids, expert_ids, ntp, out = _problem()
-    kernel, launch, grid, block, ints, scratch, device = ops._indexed_plan(a, packed, sorted_ids, expert_ids, ntp, 2, 8,
-                                                                           out, "mma", "")
+    kernel, launch, grid, block, tail, device = ops._indexed_plan(a, packed, sorted_ids, expert_ids, ntp, 2, 8, out,
+                                                                  "mma", "")
+    lda, ldc, *rest = ops._PARAMS_TAIL.unpack(tail)  # the signature's part of MoeParams, packed once
+    ints, scratch = rest[:10], tuple(rest[10:])
+    assert (lda, ldc) == (a.stride(0), out.stride(0))
     assert kernel == "kernel" and stub_device == [launch.spec] and device == 0
     want = dispatch.choose_indexed_mma(dispatch.IndexedProblem(64, 256, 4, 2, 8))
     assert launch.spec == want.spec and block == (128, 1, 1)
@@ -48,7 +51,7 @@ def test_indexed_plan_values(stub_device):
 def test_indexed_streamk_plan_is_persistent_with_scratch(stub_device):
     a, packed, sorted_ids, expert_ids, ntp, out = _problem()
     plan = ops._indexed_plan(a, packed, sorted_ids, expert_ids, ntp, 2, 8, out, "mma_sk", "")
-    launch, grid, scratch = plan[1], plan[2], plan[5]
+    launch, grid, scratch = plan[1], plan[2], ops._PARAMS_TAIL.unpack(plan[4])[-2:]
     assert launch.spec.family == "indexed_mma_sk" and grid == (3 * launch.spec.min_blocks_per_sm, 1, 1)
     workspace, locks = ops._streamk_buffers[0][-1]
     assert scratch == (workspace.data_ptr(), locks.data_ptr())
@@ -56,7 +59,7 @@ def test_indexed_streamk_plan_is_persistent_with_scratch(stub_device):
     assert not locks.any()  # the kernels rely on zeroed locks
     # a second plan needing no more reuses the buffers; the kept ones are never freed
     again = ops._indexed_plan(a, packed, sorted_ids, expert_ids, ntp, 2, 8, out, "mma_sk", "")
-    assert again[5] == scratch and len(ops._streamk_buffers[0]) == 1
+    assert ops._PARAMS_TAIL.unpack(again[4])[-2:] == scratch and len(ops._streamk_buffers[0]) == 1
 
 
 def test_indexed_plan_rejects_bad_signatures(stub_device):
@@ -123,7 +126,7 @@ def test_indexed_launch_path_packs_and_launches_once_per_signature(stub_device, 
                           sorted_ids.data_ptr(), expert_ids.data_ptr(), ntp.data_ptr())
     assert fields[7:10] == (0, 0, 0) and fields[10:12] == (a.stride(0), out.stride(0)) and stream == 77
     plan = ops._indexed_plans[next(iter(ops._indexed_plans))]
-    assert fields[12:22] == plan[4] and fields[22:] == plan[5]  # ints, then the stream-K scratch
+    assert raw[ops._PARAMS_POINTERS.size:] == plan[4]  # leading dims, ints, stream-K scratch: packed once
     ops._indexed_cuda(a[:2], packed, sorted_ids, expert_ids, ntp, 2, 8, out)  # a new signature
     assert len(stub_device) == 2
     ops._indexed_plans.clear()
@@ -223,7 +226,7 @@ def test_grouped_masked_3d_inputs(grouped_stub):
     fields = ops.MOE_PARAMS.unpack(grouped_stub["launches"][-1][4])
     assert fields[0] != strided.data_ptr() and fields[10] == 256
     plan = ops._grouped_plans[next(k for k in ops._grouped_plans if k[2] == strided.stride())]
-    assert plan[4] is None  # lda decided per call (the copy)
+    assert plan[4] is True  # copied flat on each call; its row stride is K (in the packed tail)
 
 
 def test_grouped_plan_keeps_the_entry_points_checks(grouped_stub):
