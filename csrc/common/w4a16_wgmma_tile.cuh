@@ -6,7 +6,7 @@
 // Operands stay swapped: dequantized weights are the register A operand on WGMMA-M (each of the
 // CWG (2 or 4) consumer warpgroups owns WM m64 tiles = 64*WM weight rows; warp w of a warpgroup reads
 // n-tile 4m+w, so the packed per-lane fragment word is exactly its A fragment), the tile's rows
-// are WGMMA-N (BN = 64, 96 or 128; 16/32 by override) and come from shared memory, K-major in the 128-byte swizzle,
+// are WGMMA-N (BN = 32 at mid batch, 64, 96 or 128; 16 by override) and come from shared memory, K-major in the 128-byte swizzle,
 // through a descriptor.
 //
 // Warp-specialized: warpgroup 0 is the producer. It gathers each 64-column stage (the consumer

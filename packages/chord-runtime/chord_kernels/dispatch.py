@@ -337,16 +337,16 @@ def mma_shape(n: int, k: int, rows: int) -> dict[str, int]:
     return {"NT": nt, "TT": tt, "STAGE_K": stage_k, "STAGES": 3}
 
 
-WGMMA_BN_CHOICES = (16, 32, 64, 96, 128)  # N of the wgmma: the block's rows (16/32 reached by the family override)
+WGMMA_BN_CHOICES = (16, 32, 64, 96, 128)  # N of the wgmma: the block's rows (32 at mid batch; 16 by the family override)
 
 
 def wgmma_shape(n: int, rows: int) -> dict[str, int]:
     """Tile config of the wgmma kernel for a routing block of ``rows``: N of the wgmma is the
-    smallest of 16/32/64/96/128 holding the block; two m64 weight tiles per warpgroup (256 weight
-    rows per CTA, half the activation bytes re-read per weight byte of one tile) unless N is too
-    narrow; a 6-deep ring of 64-column stages (~150 KB at BN=128; the depth made no difference in
-    the v6 sweep). ``auto`` sends only blocks of 64+ rows here; BN 16/32 (mid batch, with
-    CHORD_W4A16_INDEXED_KERNEL=wgmma) are the experiment against the stream-K mma kernel."""
+    smallest of 16/32/64/96/128 holding the block; two m64 weight tiles per warpgroup (half the
+    activation bytes re-read per weight byte of one) unless N is too narrow; up to 32 rows 4
+    consumer warpgroups (512 weight rows, 8 stages; ``auto`` sends 17-32-row indexed blocks on deep
+    K here, v13), else 2 (256 weight rows, 6 stages: prefill, 64+ rows; the depth made no
+    difference in the v6 sweep). 16-row blocks reach it only by CHORD_W4A16_INDEXED_KERNEL."""
     bn = next((b for b in WGMMA_BN_CHOICES if rows <= b), WGMMA_BN_CHOICES[-1])
     wm = 2 if n >= 256 else 1
     # Up to 32 rows the accumulators are small enough for 4 consumer warpgroups (512 weight rows),
@@ -361,14 +361,11 @@ def wgmma_streamk_shape(n: int, rows: int) -> dict[str, int]:
     flight: 8 stages of 256 weight rows are 64 KB a SM, twice what covers HBM latency)."""
     # 2 consumer warpgroups: with 4 the stream-K producer and consumers share 96 registers a
     # thread and spill (v13: slower at every mid-batch point measured).
-    return with_streamk_stages({**wgmma_shape(n, rows), "CWG": 2})
-
-
-def with_streamk_stages(cfg: dict[str, int]) -> dict[str, int]:
-    """The stream-K ring of a wgmma config: as deep as shared memory allows, up to 8 stages."""
-    size = functools.partial(wgmma_smem_bytes, cfg["WM"], cfg["BN"], cwg=cfg["CWG"])
-    per_stage = size(2) - size(1)
-    return {**cfg, "STAGES": min(8, (SMEM_PER_SM - 1024 - (size(1) - per_stage)) // per_stage)}
+    cfg = {**wgmma_shape(n, rows), "CWG": 2}
+    per_stage = wgmma_smem_bytes(cfg["WM"], cfg["BN"], 2) - wgmma_smem_bytes(cfg["WM"], cfg["BN"], 1)
+    fixed = wgmma_smem_bytes(cfg["WM"], cfg["BN"], 1) - per_stage
+    cfg["STAGES"] = min(8, (SMEM_PER_SM - 1024 - fixed) // per_stage)
+    return cfg
 
 
 def apply_tuning(cfg: dict[str, int], k: int, tuning: str) -> dict[str, int]:
