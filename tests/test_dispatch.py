@@ -238,8 +238,10 @@ def test_tuning_override(monkeypatch):
     assert dispatch.indexed_block_m(10, 48) == 24
 
 
-@pytest.mark.parametrize("routing,rows,want", [("contiguous", 3, {"TT": 1}), ("contiguous_offsets", 20, {"TT": 4}),
-                                               ("masked", 30, {"TT": 4}), ("masked", 40, {"WM": 2, "BN": 64}),
+@pytest.mark.parametrize("routing,rows,want", [("contiguous", 3, {"TT": 1}), ("contiguous_offsets", 12, {"TT": 2}),
+                                               ("contiguous_offsets", 20, {"WM": 2, "BN": 32, "CWG": 4}),
+                                               ("masked", 30, {"WM": 2, "BN": 32, "CWG": 4}),
+                                               ("masked", 40, {"WM": 2, "BN": 64, "CWG": 2}),
                                                ("contiguous_offsets", 100, {"WM": 2, "BN": 128}),
                                                ("masked", 5000, {"WM": 2, "BN": 128})])
 def test_grouped_choice(routing, rows, want):
@@ -248,8 +250,8 @@ def test_grouped_choice(routing, rows, want):
     block_k = 128 if routing == "masked" else 64
     launch = dispatch.select_grouped(GroupedProblem(routing, 4096, 7168, 48, rows, block_k))
     cfg = launch.spec.config
-    # The same tile rule as indexed: wgmma from 64-row tiles (one CTA per tile on deep K), the mma
-    # tile on the stream-K schedule up to 32 rows (decode, mid batch).
+    # The same tile rule as indexed: wgmma from 64-row tiles (one CTA per tile on deep K), the
+    # 4-warpgroup wgmma tile at 17-32 rows on deep K, the mma tile on the stream-K schedule below.
     assert launch.spec.family == ("grouped_wgmma" if "WM" in want else "grouped_mma_sk")
     assert launch.persistent == (launch.spec.family == "grouped_mma_sk")
     assert {key: cfg[key] for key in want} == want and cfg["BLOCK_K"] == block_k

@@ -168,7 +168,7 @@ struct GroupedMmaStreamK
 template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K>
 struct GroupedWgmmaStreamK : WgmmaStreamK<WM, BN, STAGES, BLOCK_K, GroupedRowTiles<ROUTING>::template Of> {};
 
-template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K>
-struct GroupedWgmma : GroupedRows<ROUTING, WgmmaTile<WM, BN, STAGES, BLOCK_K>> {};
+template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K, int CWG>
+struct GroupedWgmma : GroupedRows<ROUTING, WgmmaTile<WM, BN, STAGES, BLOCK_K, CWG>> {};
 
 }  // namespace chord

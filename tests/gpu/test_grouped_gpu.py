@@ -20,6 +20,7 @@ def tile_family(request, monkeypatch):
 
     if request.param != "auto":
         monkeypatch.setattr(dispatch, "auto_tile_family", lambda rows, k: request.param)
+        monkeypatch.setattr(dispatch, "mid_batch_family", lambda rows, n, k: None)
         monkeypatch.setattr(ops, "_grouped_plans", {})
     return request.param
 

@@ -430,10 +430,14 @@ def resolve_indexed_family(problem: IndexedProblem, family: str = "auto") -> str
         raise ValueError(f"CHORD_W4A16_INDEXED_KERNEL={family!r}; expected one of {', '.join(INDEXED_FAMILIES)}")
     if family != "auto":
         return family
+    return mid_batch_family(problem.block_m, problem.n, problem.k) or auto_tile_family(problem.block_m, problem.k)
+
+
+def mid_batch_family(rows: int, n: int, k: int) -> str | None:
+    """"wgmma" (the 512-row tile with 4 consumer warpgroups, wgmma_shape) for tiles of 17-32 rows
+    on deep K and wide N; else None (auto_tile_family decides)."""
     lo, hi = MID_BATCH_WGMMA_ROWS
-    if lo <= problem.block_m <= hi and problem.k >= WGMMA_MIN_K and problem.n >= MID_BATCH_WGMMA_MIN_N:
-        return "wgmma"  # the 512-row tile with 4 consumer warpgroups (wgmma_shape)
-    return auto_tile_family(problem.block_m, problem.k)
+    return "wgmma" if lo <= rows <= hi and k >= WGMMA_MIN_K and n >= MID_BATCH_WGMMA_MIN_N else None
 
 
 def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: str = "auto",
@@ -505,11 +509,12 @@ def grouped_tile_rows(rows_per_expert: int) -> int:
     return next((b for b in GROUPED_TILE_ROWS if rows_per_expert <= b), GROUPED_TILE_ROWS[-1])
 
 
-def grouped_wgmma(routing: str, wm: int, bn: int, stages: int, block_k: int, arch: str = DEFAULT_ARCH) -> Launch:
-    """Grouped routing on the wgmma tile (the indexed family's prefill tile, same launch shape)."""
+def grouped_wgmma(routing: str, wm: int, bn: int, stages: int, block_k: int, arch: str = DEFAULT_ARCH,
+                  cwg: int = 2) -> Launch:
+    """Grouped routing on the wgmma tile (the indexed family's tile, same launch shape)."""
     return wgmma_launch("grouped_wgmma", "grouped/w4a16_grouped_mma.cuh", "chord::GroupedWgmma",
                         (("ROUTING", GROUPED_ROUTINGS[routing]), ("WM", wm), ("BN", bn), ("STAGES", stages),
-                         ("BLOCK_K", block_k)), wm, bn, stages, arch)
+                         ("BLOCK_K", block_k), ("CWG", cwg)), wm, bn, stages, arch, cwg)
 
 
 def grouped_wgmma_streamk(routing: str, wm: int, bn: int, stages: int, block_k: int,
@@ -532,10 +537,11 @@ def grouped_mma_streamk(routing: str, nt: int, tt: int, stage_k: int, block_k: i
 def grouped_launch(routing: str, n: int, k: int, rows: int, block_k: int, arch: str = DEFAULT_ARCH) -> Launch:
     """The grouped kernel for a tile of ``rows`` (grouped_tile_rows), by the indexed family's
     rule (auto_tile_family) and shapes."""
-    family = auto_tile_family(rows, k)
+    # UNMEASURED for grouped (wip branch): the indexed family's 4-warpgroup mid-batch tile.
+    family = mid_batch_family(rows, n, k) or auto_tile_family(rows, k)
     if family == "wgmma":
         cfg = wgmma_shape(n, rows)
-        return grouped_wgmma(routing, cfg["WM"], cfg["BN"], cfg["STAGES"], block_k, arch)
+        return grouped_wgmma(routing, cfg["WM"], cfg["BN"], cfg["STAGES"], block_k, arch, cfg["CWG"])
     if family == "wgmma_sk":
         # At most 64 rows a tile: with 128, the offsets/masked producer (its warp scan for the tile
         # plus two row tiles' indices) spilled. Short K only; no Kimi EP shape reaches it.
