@@ -7,14 +7,16 @@
 #
 #   bash benchmarks/sweep.sh --tokens 512,2048 [--scenarios ep8,tp8] [--dists uniform] -- \
 #       auto "mma64:CHORD_W4A16_INDEXED_KERNEL=mma:CHORD_W4A16_BLOCK_M=64"
+#   bash benchmarks/sweep.sh --family grouped --scenarios ep8,ep16 --tokens 128 -- new "$(bash benchmarks/ab_tree.sh main old)"
 set -uo pipefail
 cd "$(dirname "$0")/.."
-TOKENS=""; SCENARIOS="ep8,tp8"; DISTS="uniform"
+TOKENS=""; SCENARIOS="ep8,tp8"; DISTS="uniform"; FAMILY=indexed
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --tokens) TOKENS="$2"; shift ;;
     --scenarios) SCENARIOS="$2"; shift ;;
     --dists) DISTS="$2"; shift ;;
+    --family) FAMILY="$2"; shift ;;  # indexed or grouped (both of its paths)
     --) shift; break ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
@@ -26,7 +28,7 @@ ROUTING=${BENCH_WORK:-/tmp/chord-bench}/sweep-routing
 export CHORD_CACHE_DIR=${CHORD_CACHE_DIR:-/tmp/chord-jit} PYTHONUNBUFFERED=1
 python3 -m benchmarks.make_routing --dir "$ROUTING" --scenarios "$SCENARIOS" > "$OUT/sweep_routing.log" 2>&1 \
   || { cat "$OUT/sweep_routing.log"; exit 4; }
-FILTER=(--scenarios "$SCENARIOS" --dists "$DISTS"); [[ -n "$TOKENS" ]] && FILTER+=(--tokens "$TOKENS")
+FILTER=(--family "$FAMILY" --scenarios "$SCENARIOS" --dists "$DISTS"); [[ -n "$TOKENS" ]] && FILTER+=(--tokens "$TOKENS")
 JSONS=()
 for config in "$@"; do
   IFS=: read -r -a parts <<< "$config"
