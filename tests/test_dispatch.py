@@ -57,10 +57,15 @@ def test_short_k_prefill_is_the_wgmma_tile_on_the_stream_k_schedule(block_m, bn)
     launch = dispatch.select_indexed(IndexedProblem(7168, 256, 384, 8, block_m))
     assert launch.spec.family == "indexed_wgmma_sk" and launch.persistent
     assert launch.spec.config == {"WM": 2, "BN": bn, "STAGES": 8, "CWG": 2}
-    # blocks between the mma tile's 32 rows and the wgmma tile's 64 (a CHORD_W4A16_BLOCK_M
-    # override) stay on the one-CTA mma tile
-    odd = dispatch.select_indexed(IndexedProblem(7168, 256, 384, 8, 48))
-    assert odd.spec.family == "indexed_mma" and odd.spec.config["TT"] == 6
+    # blocks past the stream-K mma tile's 32 rows (56 from the block model, 48 by override) take
+    # the wgmma tile: on short K its stream-K schedule with 2 consumer warpgroups (4 would spill)
+    for rows in (48, 56):
+        odd = dispatch.select_indexed(IndexedProblem(7168, 256, 384, 8, rows))
+        assert odd.spec.family == "indexed_wgmma_sk" and odd.spec.config == {"WM": 2, "BN": rows, "STAGES": 8, "CWG": 2}
+        # on deep K one CTA per tile with 4 consumer warpgroups: the 512 x 56 tile (v14)
+        deep = dispatch.select_indexed(IndexedProblem(512, 7168, 384, 8, rows))
+        assert deep.spec.family == "indexed_wgmma" and deep.spec.config == {"WM": 2, "BN": rows, "STAGES": 8, "CWG": 4}
+        assert deep.cols_per_cta == 512 and deep.smem_bytes <= 227 * 1024
 
 
 def test_mid_batch_blocks():
@@ -97,13 +102,13 @@ def test_grid_covers_n_and_every_routing_block():
 
 
 @pytest.mark.parametrize("valid_shape_m,experts,want", [(1, 48, 8), (400, 48, 16), (1500, 48, 32),
-                                                         (1537, 48, 64), (2600, 48, 64), (10**6, 48, 128),
+                                                         (1537, 48, 56), (2600, 48, 64), (10**6, 48, 128),
                                                          (0, 384, 8),
                                                          # the Kimi grid's prefill points (rows per expert)
                                                          (4096, 48, 128),     # EP8 T=512: 85.3
                                                          (3500, 48, 96),      # 73
                                                          (16384, 48, 128),    # EP8 T=2048: 341
-                                                         (16384, 384, 64),    # TP8 T=2048: 43
+                                                         (16384, 384, 56),    # TP8 T=2048: 43
                                                          (65536, 384, 96)])   # TP8 T=8192: 171
 def test_block_m_follows_rows_per_expert(valid_shape_m, experts, want):
     assert dispatch.indexed_block_m(valid_shape_m, experts) == want
@@ -121,7 +126,9 @@ def test_expected_tiles_is_the_poisson_mean_of_ceil():
 
 def test_prefill_block_pads_least():
     # 70 rows: one tile of 96 (rarely a second) beats one of 128 and two of 64.
-    assert dispatch.prefill_block_m(70) == 96 and dispatch.prefill_block_m(40) == 64
+    assert dispatch.prefill_block_m(70) == 96 and dispatch.prefill_block_m(50) == 64
+    # 33-45 rows: the 56-row block (its deep-K tile is faster: BLOCK_COST_SCALE); TP8 T=2048 has 43.
+    assert dispatch.prefill_block_m(33) == dispatch.prefill_block_m(43) == 56
     # 171: two tiles of 96 (192 rows) beat two of 128 (256); 341: three of 128 (384) hold it.
     assert dispatch.prefill_block_m(171) == 96 and dispatch.prefill_block_m(341) == 128
     assert all(dispatch.prefill_block_m(t) == 128 for t in (513, 2000, 10**6))
@@ -228,9 +235,9 @@ def test_tuning_override(monkeypatch):
     # One override string serves both tensor-core families: each takes its own keys.
     wg = dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="NT=4,BN=64,STAGES=4")
     assert wg.spec.config == {"WM": 2, "BN": 64, "STAGES": 4, "CWG": 2}
-    with pytest.raises(ValueError, match="WM 1.2, BN 16.32.64.96.128, STAGES 2..8"):
+    with pytest.raises(ValueError, match="WM 1.2, BN 16.32.48.56.64.96.128, STAGES 2..8"):
         dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="BN=80")
-    with pytest.raises(ValueError, match="WM.BN <= 64"):
+    with pytest.raises(ValueError, match="WM.BN <= 112"):
         dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="CWG=4")
     wg4 = dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 64), tuning="CWG=4,WM=1")
     assert wg4.spec.threads == 640 and wg4.cols_per_cta == 256 and wg4.smem_bytes <= 227 * 1024

@@ -35,7 +35,8 @@ struct WgmmaStreamK {
   static constexpr int kRows = Tile::kRows;
   static constexpr int kActPerThread = Tile::kActPerThread;
   static constexpr int kAcc = WM * Tile::Mma::kAccRegs;  // FP32 accumulators per consumer thread
-  static constexpr int kSumChunk = kAcc < 16 ? kAcc : 16;  // the finisher's sums in flight (registers)
+  // The finisher's sums in flight (registers): 16, or what divides the accumulators (BN 48/56).
+  static constexpr int kSumChunk = kAcc < 16 ? kAcc : kAcc % 16 == 0 ? 16 : kAcc % 8 == 0 ? 8 : 4;
   using Fixup = StreamKFixup<kConsumerThreads, kAcc>;
   // The producer walks the schedule and keeps two row tiles' indices: it needs more registers
   // than the one-tile producer (at 64-88 it spilled), the consumers a little fewer. With 4
@@ -64,7 +65,8 @@ struct WgmmaStreamK {
     ids.expert = at.expert;
 #pragma unroll
     for (int i = 0; i < kActPerThread; ++i)
-      ids.route[i] = at.expert >= 0 ? Rows::route(p, at, Tile::act_row_of(threadIdx.x, i)) : -1;
+      ids.route[i] = at.expert >= 0 && Tile::act_row_in_tile(threadIdx.x, i)
+                         ? Rows::route(p, at, Tile::act_row_of(threadIdx.x, i)) : -1;
     return ids;
   }
 
@@ -88,7 +90,8 @@ struct WgmmaStreamK {
       if (it >= STAGES) mbarrier_wait(&sm.empty[slot], ld.phase ^ 1);  // the slot's previous use released
       if (tid % 8 == 0)
 #pragma unroll
-        for (int i = 0; i < kActPerThread; ++i) sm.route[slot][Tile::act_row_of(tid, i)] = rows.cur.route[i];
+        for (int i = 0; i < kActPerThread; ++i)
+          if (Tile::act_row_in_tile(tid, i)) sm.route[slot][Tile::act_row_of(tid, i)] = rows.cur.route[i];
       if (rows.cur.expert >= 0) Tile::load_stage(p, sm, slot, src, act, ld.s);
       cp_async_mbarrier_arrive(&sm.full[slot]);
       mbarrier_arrive(&sm.full[slot]);  // orders the row-id stores before the consumers' reads

@@ -6,7 +6,7 @@
 // Operands stay swapped: dequantized weights are the register A operand on WGMMA-M (each of the
 // CWG (2 or 4) consumer warpgroups owns WM m64 tiles = 64*WM weight rows; warp w of a warpgroup reads
 // n-tile 4m+w, so the packed per-lane fragment word is exactly its A fragment), the tile's rows
-// are WGMMA-N (BN = 32 at mid batch, 64, 96 or 128; 16 by override) and come from shared memory, K-major in the 128-byte swizzle,
+// are WGMMA-N (BN = 32 at mid batch, 56, 64, 96 or 128; 16 and 48 by override) and come from shared memory, K-major in the 128-byte swizzle,
 // through a descriptor.
 //
 // Warp-specialized: warpgroup 0 is the producer. It gathers each 64-column stage (the consumer
@@ -32,7 +32,8 @@ namespace chord {
 
 // CWG = 4 (640 threads, ~96-104 registers a thread): twice the warps to hide the dequant's
 // latency, and with WM = 2 a 512-row tile that reads each activation stage once per 512 weight
-// rows; only small accumulators fit (WM * BN <= 64), i.e. mid batch (docs/design/indexed-kernels.md v13).
+// rows; only small accumulators fit (WM * BN <= 112: 56 a thread), i.e. mid batch and 56-row blocks
+// (docs/design/indexed-kernels.md v13, v14).
 template <int WM, int BN, int STAGES, int BLOCK_K, int CWG = 2>
 struct WgmmaTile {
   static constexpr int kConsumerWarpgroups = CWG;
@@ -56,7 +57,7 @@ struct WgmmaTile {
   using Mma = WgmmaRS<BN>;
   static_assert(BN % 8 == 0 && BN <= 256, "BN must be a multiple of 8 (one swizzle atom), at most 256");
   static_assert(STAGES >= 2, "the ring needs a slot being read and one being filled");
-  static_assert(CWG == 2 || (CWG == 4 && WM * BN <= 64), "4 consumer warpgroups hold at most 32 accumulators a thread");
+  static_assert(CWG == 2 || (CWG == 4 && WM * BN <= 112), "4 consumer warpgroups hold at most 56 accumulators a thread");
   static_assert(BLOCK_K % kStageK == 0, "the packed BLOCK_K must be a multiple of 64");
 
   // The host passes chord_kernels.dispatch wgmma_smem_bytes(), which mirrors sizeof(Smem).
@@ -127,16 +128,19 @@ struct WgmmaTile {
   // warp per scheduler, so everything that does not change along K is computed once per tile:
   // each thread keeps the same activation rows, weight chunks and scale chunk for every stage and
   // only adds the stage's offset.
-  static constexpr int kActPerThread = kTok * 8 / kProducerThreads;
+  static constexpr int kActPerThread = (kTok + 15) / 16;  // 16 tile rows a pass of 128 threads
   static constexpr int kWeightPerThread = kConsumerWarps * WM * 32 / kProducerThreads;
   static constexpr int kScaleChunks = kGroupsPerStage * kRows / 8;  // 8 scales per 16 bytes
-  static_assert(kTok * 8 % kProducerThreads == 0 && kConsumerWarps * WM * 32 % kProducerThreads == 0,
-                "producer threads divide the stage's chunks");
+  static_assert(kConsumerWarps * WM * 32 % kProducerThreads == 0, "producer threads divide the stage's weight chunks");
   static_assert(kScaleChunks <= kProducerThreads, "one scale chunk per producer thread at most");
 
   // Activations: producer thread tid copies chunk tid % 8 of tile rows tid / 8 + 16 i (their
   // swizzled destinations are one offset apart: row % 8 is the same for all of them).
   __device__ __forceinline__ static int act_row_of(int tid, int i) { return tid / 8 + 16 * i; }
+  // BN 56 (not a multiple of 16): the last pass covers rows 48-63, of which 56-63 are not the tile's.
+  __device__ __forceinline__ static bool act_row_in_tile(int tid, int i) {
+    return kTok % 16 == 0 || act_row_of(tid, i) < kTok;
+  }
 
   // Int32 words from a lane's chunk at stage 0 to its chunk at stage s (the same for every
   // n-tile and lane: the packed format stores a tile's K blocks in order).
@@ -222,7 +226,7 @@ struct WgmmaTile {
     unsigned char* dst = reinterpret_cast<unsigned char*>(sm.act[slot]) + sw128_offset(act_row_of(tid, 0), tid % 8);
 #pragma unroll
     for (int i = 0; i < kActPerThread; ++i)
-      cp_async_16(dst + i * 16 * 128, rows.chunk(p, i, s), rows.present(i) ? 16 : 0);
+      if (act_row_in_tile(tid, i)) cp_async_16(dst + i * 16 * 128, rows.chunk(p, i, s), rows.present(i) ? 16 : 0);
   }
 
   __device__ static void produce(const MoeParams& p, Smem& sm, int expert) {
@@ -231,7 +235,7 @@ struct WgmmaTile {
     const Sources src = sources(p, expert, blockIdx.x);
     RowIndex idx;
 #pragma unroll
-    for (int i = 0; i < kActPerThread; ++i) idx.row[i] = sm.a_row[act_row_of(tid, i)];
+    for (int i = 0; i < kActPerThread; ++i) idx.row[i] = act_row_in_tile(tid, i) ? sm.a_row[act_row_of(tid, i)] : -1;
     const RowPointers rows(p, idx);
     for (int s = 0; s < num_stages; ++s) {
       const int slot = s % STAGES;
@@ -243,7 +247,12 @@ struct WgmmaTile {
   }
 
   // Consumer state across stages: the accumulators and two A register sets (one being
-  // dequantized, one being read by the wgmma group in flight).
+  // dequantized, one being read by the wgmma group in flight). With 4 consumer warpgroups and 48-56
+  // accumulators a thread (the 512 x 56 tile) that leaves no room to hold the stage's weight
+  // words and scales as well (ptxas serializes the wgmmas, C7512): each k step loads its own word
+  // and every other step its scales from shared memory. Measured (v14) only where needed: on the
+  // other tiles the per-step loads cost 2-9 % (EP8 T=8192 sum 10361 -> 11132 µs).
+  static constexpr bool kOperandsPerStep = CWG == 4 && WM * BN > 64;
   using Acc = float[WM][Mma::kAccRegs];
   using AFrag = uint32_t[2][WM][4];
 
@@ -257,14 +266,17 @@ struct WgmmaTile {
     fence_proxy_async();  // the cp.async bytes (generic proxy) -> visible to the wgmma reads
     uint4 w[WM];
     __nv_bfloat162 s_lo[WM][kGroupsPerStage], s_hi[WM][kGroupsPerStage];
-#pragma unroll
-    for (int m = 0; m < WM; ++m) {
-      w[m] = sm.w[slot][cwarp][m][lane];
+    auto load_scales = [&](int m, int grp) {
       const int r = (cwg * WM + m) * 64 + wi * kTile + lane / 4;
+      s_lo[m][grp] = __bfloat162bfloat162(sm.scale[slot][grp][r]);
+      s_hi[m][grp] = __bfloat162bfloat162(sm.scale[slot][grp][r + 8]);
+    };
+    if constexpr (!kOperandsPerStep) {
 #pragma unroll
-      for (int grp = 0; grp < kGroupsPerStage; ++grp) {
-        s_lo[m][grp] = __bfloat162bfloat162(sm.scale[slot][grp][r]);
-        s_hi[m][grp] = __bfloat162bfloat162(sm.scale[slot][grp][r + 8]);
+      for (int m = 0; m < WM; ++m) {
+        w[m] = sm.w[slot][cwarp][m][lane];
+#pragma unroll
+        for (int grp = 0; grp < kGroupsPerStage; ++grp) load_scales(m, grp);
       }
     }
     const uint64_t desc = sw128_kmajor_desc(sm.act[slot]);
@@ -273,7 +285,13 @@ struct WgmmaTile {
       const int buf = kt & 1;  // 4 k steps per stage: the parity carries across stages
 #pragma unroll
       for (int m = 0; m < WM; ++m) {
-        const uint32_t word = kt == 0 ? w[m].x : kt == 1 ? w[m].y : kt == 2 ? w[m].z : w[m].w;
+        uint32_t word;
+        if constexpr (kOperandsPerStep) {
+          word = reinterpret_cast<const uint32_t*>(&sm.w[slot][cwarp][m][lane])[kt];
+          if (kt % 2 == 0) load_scales(m, kt / 2);  // a scale group is 32 columns: two k steps
+        } else {
+          word = kt == 0 ? w[m].x : kt == 1 ? w[m].y : kt == 2 ? w[m].z : w[m].w;
+        }
         dequantize_fragment(word, s_lo[m][kt / 2], s_hi[m][kt / 2], afrag[buf][m]);
       }
 #pragma unroll

@@ -26,17 +26,18 @@ BLOCK_M_CHOICES = (8, 16, 32, 64)  # rows per tile of the mma kernels (grouped t
 # Grouped tiles: powers of two (they divide the contiguous form's 128-row segment alignment).
 GROUPED_TILE_ROWS = BLOCK_M_CHOICES + (128,)
 # Routing blocks Chord asks vLLM for: up to 32 rows per expert the smallest of 8/16/32 holding
-# them; above, the prefill block (64, 96 or 128: the wgmma tile's N) that pads least
+# them; above, the prefill block (56, 64, 96 or 128: the wgmma tile's N) of least expected cost
 # (prefill_block_m).
 DECODE_BLOCK_M_CHOICES = (8, 16, 32)
-PREFILL_BLOCK_M_CHOICES = (64, 96, 128)
+PREFILL_BLOCK_M_CHOICES = (56, 64, 96, 128)
 INDEXED_BLOCK_M_CHOICES = DECODE_BLOCK_M_CHOICES + PREFILL_BLOCK_M_CHOICES
-# The wgmma tile takes routing blocks of 64+ rows (prefill). On deep K one CTA per tile (v6 sweep,
+# The wgmma tile takes routing blocks past the stream-K mma range (33+ rows; the prefill blocks,
+# 56 and up). On deep K one CTA per tile (v6 sweep,
 # H200: from K=2048 it beats the mma tile, 1418 vs 1744 µs at EP8 down T=2048; v10: it also beats
 # its own stream-K schedule there, 6187 vs 8924 µs at EP8 gate_up T=8192). On short K (TP8 down,
 # K=256: 4 stages a tile) pipeline fill dominates a one-CTA tile, and the stream-K schedule's ring
 # across tiles wins (v10: T=8192 1256 vs 1568 µs for the mma tile, T=2048 390 vs 405).
-WGMMA_MIN_BLOCK_M = 64
+WGMMA_MIN_BLOCK_M = 33
 WGMMA_MIN_K = 1024
 # Routing blocks up to this many rows run the mma tile on the stream-K schedule (persistent CTAs,
 # one ring across tiles, balanced runs): decode and mid batch, where per-tile restarts and the
@@ -46,7 +47,8 @@ STREAMK_MAX_BLOCK_M = 32
 # Indexed mid batch (routing blocks of 17-32 rows) on deep K and wide N: the wgmma tile with 4
 # consumer warpgroups and 512 weight rows per CTA, one CTA per tile (v13, H200, EP8 T=128, sum
 # of gate_up and down: 523 -> 475 µs against the stream-K mma tile, skewed 561 -> 550; at
-# 16-row blocks it lost, 269 -> 345 at EP8 T=64 gate_up). Indexed only: grouped keeps 2.
+# 16-row blocks it lost, 269 -> 345 at EP8 T=64 gate_up). Blocks of 56 take the same tile on
+# deep K through wgmma_shape (v14).
 MID_BATCH_WGMMA_ROWS = (17, 32)
 MID_BATCH_WGMMA_MIN_N = 2048  # measured on EP8 (N 4096, 7168); TP8 gate_up (N 512) reaches 17-32-row blocks only off the grid
 
@@ -78,6 +80,11 @@ def indexed_block_m(valid_shape_m: int, num_experts: int) -> int:
 # 64/96/128 forced at EP8 and TP8, T=512-8192): the measured ratios between block sizes give 50-150
 # rows; 96 picks the fastest block at every measured point.
 TILE_FIXED_ROWS = 96
+# Blocks of 56 run a faster tile on deep K (wgmma_shape: 4 consumer warpgroups, 512 weight rows;
+# v14, H200, TP8 T=2048, 43 rows per expert: gate_up 407 -> 354 µs against 64-row blocks, down on
+# the stream-K tile 382 -> 392; the layer 790 -> 746, where the padding model alone says 2 %).
+# Their cost is scaled by the rest: 0.96. It picks 56 for about 33-45 rows per expert.
+BLOCK_COST_SCALE = {56: 0.96}
 PREFILL_TOLERANCE = 0.05
 PREFILL_MODEL_MAX_ROWS = 512
 
@@ -102,7 +109,8 @@ def prefill_block_m(rows_per_expert: int) -> int:
     """The routing block for ``rows_per_expert`` (> 32) rows per expert: see the model above."""
     if rows_per_expert > PREFILL_MODEL_MAX_ROWS:
         return PREFILL_BLOCK_M_CHOICES[-1]
-    costs = {b: expected_tiles(rows_per_expert, b) * (b + TILE_FIXED_ROWS) for b in PREFILL_BLOCK_M_CHOICES}
+    costs = {b: expected_tiles(rows_per_expert, b) * (b + TILE_FIXED_ROWS) * BLOCK_COST_SCALE.get(b, 1.0)
+             for b in PREFILL_BLOCK_M_CHOICES}
     best = min(costs.values())
     return max(b for b, cost in costs.items() if cost <= (1 + PREFILL_TOLERANCE) * best)
 
@@ -337,21 +345,24 @@ def mma_shape(n: int, k: int, rows: int) -> dict[str, int]:
     return {"NT": nt, "TT": tt, "STAGE_K": stage_k, "STAGES": 3}
 
 
-WGMMA_BN_CHOICES = (16, 32, 64, 96, 128)  # N of the wgmma: the block's rows (32 at mid batch; 16 by the family override)
+WGMMA_BN_CHOICES = (16, 32, 48, 56, 64, 96, 128)  # N of the wgmma: the block's rows (32 at mid batch; 16 by the family override)
 
 
 def wgmma_shape(n: int, rows: int) -> dict[str, int]:
     """Tile config of the wgmma kernel for a routing block of ``rows``: N of the wgmma is the
-    smallest of 16/32/64/96/128 holding the block; two m64 weight tiles per warpgroup (half the
-    activation bytes re-read per weight byte of one) unless N is too narrow; up to 32 rows 4
+    smallest of 16/32/48/56/64/96/128 holding the block; two m64 weight tiles per warpgroup (half
+    the activation bytes re-read per weight byte of one) unless N is too narrow; up to 56 rows 4
     consumer warpgroups (512 weight rows, 8 stages; ``auto`` sends 17-32-row indexed blocks on deep
-    K here, v13), else 2 (256 weight rows, 6 stages: prefill, 64+ rows; the depth made no
-    difference in the v6 sweep). 16-row blocks reach it only by CHORD_W4A16_INDEXED_KERNEL."""
+    K here, v13, and 56-row blocks, v14), else 2 (256 weight rows, 6 stages: prefill, 64+ rows;
+    the depth made no difference in the v6 sweep). 16-row blocks reach it only by
+    CHORD_W4A16_INDEXED_KERNEL."""
     bn = next((b for b in WGMMA_BN_CHOICES if rows <= b), WGMMA_BN_CHOICES[-1])
     wm = 2 if n >= 256 else 1
-    # Up to 32 rows the accumulators are small enough for 4 consumer warpgroups (512 weight rows),
-    # and their 8-deep ring still fits (181 KB; v13: 6 -> 8 stages took EP8 T=128 490 -> 475 µs).
-    cwg = 4 if wm == 2 and bn <= 32 else 2
+    # Up to 56 rows the accumulators (WM * BN / 2 <= 56 a thread) fit 4 consumer warpgroups (512
+    # weight rows; from 48 rows the tile loads its weight words per k step, v14), and their 8-deep
+    # ring still fits (181-207 KB; v13: 6 -> 8 stages took EP8 T=128 490 -> 475 µs; v14: TP8
+    # T=2048 gate_up 373 -> 354 at BN 56).
+    cwg = 4 if wm == 2 and bn <= 56 else 2
     return {"WM": wm, "BN": bn, "STAGES": 8 if cwg == 4 else 6, "CWG": cwg}
 
 
@@ -375,10 +386,10 @@ def apply_tuning(cfg: dict[str, int], k: int, tuning: str) -> dict[str, int]:
     cfg = {**cfg, **{key: v for key, v in parse_tuning(tuning).items() if key in cfg}}
     if "WM" in cfg:
         if cfg["WM"] not in (1, 2) or cfg["BN"] not in WGMMA_BN_CHOICES or not 2 <= cfg["STAGES"] <= 8 or k % 64:
-            raise ValueError(f"tuning {cfg} does not fit K={k} (WM 1|2, BN 16|32|64|96|128, STAGES 2..8, "
+            raise ValueError(f"tuning {cfg} does not fit K={k} (WM 1|2, BN 16|32|48|56|64|96|128, STAGES 2..8, "
                              "K a multiple of 64)")
-        if cfg["CWG"] not in WGMMA_CWG_CHOICES or (cfg["CWG"] == 4 and cfg["WM"] * cfg["BN"] > 64):
-            raise ValueError(f"tuning {cfg}: CWG is 2 or 4, and 4 consumer warpgroups need WM*BN <= 64 "
+        if cfg["CWG"] not in WGMMA_CWG_CHOICES or (cfg["CWG"] == 4 and cfg["WM"] * cfg["BN"] > 112):
+            raise ValueError(f"tuning {cfg}: CWG is 2 or 4, and 4 consumer warpgroups need WM*BN <= 112 "
                              "(their accumulators must fit ~100 registers a thread)")
         if wgmma_smem_bytes(cfg["WM"], cfg["BN"], cfg["STAGES"], cfg["CWG"]) > SMEM_PER_SM - 1024:
             raise ValueError(f"tuning {cfg}: the ring needs more shared memory than an SM has")
