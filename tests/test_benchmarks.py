@@ -617,3 +617,25 @@ def test_sweep_table_columns_and_sums(tmp_path):
     # a config with a projection missing has no sum (half a sum would read as a win)
     assert "| ep8 | uniform | 2048 | **sum** | 15.0 | - | - |" in text
     assert "- c down: error" in text
+
+
+def test_sweep_table_grouped_paths(tmp_path):
+    """Grouped records (sweep.sh --family grouped) are keyed by path: one row per path and
+    projection, one sum per path; indexed records keep the bare projection."""
+    import json
+
+    from benchmarks import sweep_table
+
+    def rec(path, proj, us):
+        return {"scenario": "ep8", "dist": "uniform", "tokens": 128, "path": path, "proj": proj, "us": us,
+                "check": "ok", "config": "cfg"}
+
+    points = [rec(p, proj, us) for p, us in (("grouped_contiguous", 1.0), ("grouped_masked", 10.0))
+              for proj in ("gate_up", "down")]
+    (tmp_path / "sweep_g.json").write_text(json.dumps({"points": points}))
+    (tmp_path / "sweep_i.json").write_text(json.dumps({"points": [rec("indexed", "down", 3.0)]}))
+    text = sweep_table.table([tmp_path / "sweep_g.json"])
+    assert "| ep8 | uniform | 128 | masked/down | 10.0 |" in text
+    assert "| ep8 | uniform | 128 | **contiguous sum** | 2.0 |" in text
+    assert "| ep8 | uniform | 128 | **masked sum** | 20.0 |" in text
+    assert "| ep8 | uniform | 128 | down | 3.0 |" in sweep_table.table([tmp_path / "sweep_i.json"])
