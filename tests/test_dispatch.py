@@ -248,7 +248,10 @@ def test_tuning_override(monkeypatch):
 @pytest.mark.parametrize("routing,rows,want", [("contiguous", 3, {"TT": 1}), ("contiguous_offsets", 12, {"TT": 2}),
                                                ("contiguous_offsets", 20, {"WM": 2, "BN": 32, "CWG": 4}),
                                                ("masked", 30, {"WM": 2, "BN": 32, "CWG": 4}),
-                                               ("masked", 40, {"WM": 2, "BN": 64, "CWG": 2}),
+                                               ("contiguous", 40, {"WM": 2, "BN": 64, "CWG": 2}),
+                                               ("masked", 40, {"WM": 2, "BN": 56, "CWG": 4}),
+                                               ("contiguous_offsets", 83, {"WM": 2, "BN": 96}),
+                                               ("contiguous", 83, {"WM": 2, "BN": 128}),
                                                ("contiguous_offsets", 100, {"WM": 2, "BN": 128}),
                                                ("masked", 5000, {"WM": 2, "BN": 128})])
 def test_grouped_choice(routing, rows, want):
@@ -257,13 +260,16 @@ def test_grouped_choice(routing, rows, want):
     block_k = 128 if routing == "masked" else 64
     launch = dispatch.select_grouped(GroupedProblem(routing, 4096, 7168, 48, rows, block_k))
     cfg = launch.spec.config
-    # The same tile rule as indexed: wgmma from 64-row tiles (one CTA per tile on deep K), the
-    # 4-warpgroup wgmma tile at 17-32 rows on deep K, the mma tile on the stream-K schedule below.
+    # The same tile rule as indexed: wgmma from 33-row tiles (one CTA per tile on deep K), the
+    # 4-warpgroup wgmma tile at 17-32 rows and at 56 on deep K, the mma tile on the stream-K
+    # schedule below; the offsets and masked forms take the indexed blocks (56, 96), the
+    # DeepGEMM contiguous form powers of two (a tile never straddles a 128-aligned segment).
     assert launch.spec.family == ("grouped_wgmma" if "WM" in want else "grouped_mma_sk")
     assert launch.persistent == (launch.spec.family == "grouped_mma_sk")
     assert {key: cfg[key] for key in want} == want and cfg["BLOCK_K"] == block_k
     assert cfg["ROUTING"] == dispatch.GROUPED_ROUTINGS[routing]
-    assert 128 % launch.rows_per_cta == 0  # a tile never straddles a 128-aligned segment
+    if routing == "contiguous":
+        assert 128 % launch.rows_per_cta == 0
     short_k = dispatch.select_grouped(GroupedProblem(routing, 7168, 256, 384, rows, 64 if block_k == 64 else 128))
     assert short_k.spec.family == ("grouped_wgmma_sk" if rows > 32 else "grouped_mma_sk") and short_k.persistent
     with pytest.raises(ValueError, match="unknown grouped routing"):

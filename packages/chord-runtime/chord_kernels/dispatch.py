@@ -513,11 +513,20 @@ class GroupedProblem:
     block_k: int  # the packed weight's BLOCK_K (64 contiguous, 128 masked)
 
 
-def grouped_tile_rows(rows_per_expert: int) -> int:
-    """Rows per tile: the smallest power of two in 8..128 holding an expert's expected rows. A
-    power of two divides the 128-row segment alignment of the DeepGEMM contiguous form, so a
-    tile never straddles two experts."""
+def grouped_tile_rows(rows_per_expert: int, routing: str = "contiguous") -> int:
+    """Rows per tile. The DeepGEMM contiguous form: the smallest power of two in 8..128 holding an
+    expert's expected rows (a power of two divides its 128-row segment alignment, so a tile never
+    straddles two experts). The offsets and masked forms cut each expert's rows into tiles on the
+    device, so they take the indexed family's routing blocks: 8/16/32 up to 32 rows, then
+    prefill_block_m's 56/64/96/128 (least expected cost; 56 runs the 512 x 56 tile on deep K)."""
+    if routing != "contiguous" and rows_per_expert > DECODE_BLOCK_M_CHOICES[-1]:
+        return prefill_block_m(rows_per_expert)
     return next((b for b in GROUPED_TILE_ROWS if rows_per_expert <= b), GROUPED_TILE_ROWS[-1])
+
+
+def grouped_tile_row_choices(routing: str) -> tuple[int, ...]:
+    """Every tile size grouped_tile_rows can give ``routing`` (precompile, reachable launches)."""
+    return GROUPED_TILE_ROWS if routing == "contiguous" else INDEXED_BLOCK_M_CHOICES
 
 
 def grouped_wgmma(routing: str, wm: int, bn: int, stages: int, block_k: int, arch: str = DEFAULT_ARCH,
@@ -562,17 +571,17 @@ def grouped_launch(routing: str, n: int, k: int, rows: int, block_k: int, arch: 
     if family == "mma_sk":
         cfg = streamk_shape(n, k, rows)
         return grouped_mma_streamk(routing, cfg["NT"], cfg["TT"], cfg["STAGE_K"], block_k, cfg["STAGES"], arch)
-    # Grouped tiles are 8-128-row powers of two (grouped_tile_rows), so the rule never asks for the
-    # one-CTA mma tile (33-63 rows) here; that kernel is indexed-only.
-    raise ValueError(f"grouped tiles of {rows} rows: expected a power of two in 8..128 (grouped_tile_rows)")
+    # Grouped tiles (grouped_tile_rows) are 8-32 rows (the stream-K mma tile) or 33+ (the wgmma
+    # tile), so the rule never asks for the one-CTA mma tile here; that kernel is indexed-only.
+    raise ValueError(f"grouped tiles of {rows} rows: no grouped kernel (grouped_tile_rows gives 8-128)")
 
 
 def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH) -> Launch:
     """Grouped dispatch owns its layout search: no block_m or tuning overrides (by design)."""
     if problem.routing not in GROUPED_ROUTINGS:
         raise ValueError(f"unknown grouped routing {problem.routing!r}")
-    launch = grouped_launch(problem.routing, problem.n, problem.k, grouped_tile_rows(problem.rows_per_expert),
-                            problem.block_k, arch)
+    launch = grouped_launch(problem.routing, problem.n, problem.k,
+                            grouped_tile_rows(problem.rows_per_expert, problem.routing), problem.block_k, arch)
     report_choice(problem, launch.spec)
     return launch
 
@@ -586,7 +595,7 @@ def grouped_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
                 for k in (256, 320, 7168):
                     if k % block_k:
                         continue
-                    for rows in GROUPED_TILE_ROWS:
+                    for rows in grouped_tile_row_choices(routing):
                         launch = grouped_launch(routing, n, k, rows, block_k, arch)
                         seen.setdefault(launch.spec.symbol, launch)
     return list(seen.values())

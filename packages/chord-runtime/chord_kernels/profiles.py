@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from .dispatch import (
     GROUPED_ROUTINGS,
-    GROUPED_TILE_ROWS,
     grouped_launch,
     grouped_reachable_launches,
+    grouped_tile_row_choices,
     indexed_profile_launches,
     indexed_reachable_launches,
 )
@@ -35,7 +35,7 @@ def _grouped_specs(n: int, k: int, arch: str) -> list[KernelSpec]:
     specs = []
     for routing in GROUPED_ROUTINGS:
         block_k = BLOCK_K_BY_MODE["masked" if routing == "masked" else "contiguous"]
-        for rows in GROUPED_TILE_ROWS:
+        for rows in grouped_tile_row_choices(routing):
             specs.append(grouped_launch(routing, n, k, rows, block_k, arch).spec)
     return specs
 
