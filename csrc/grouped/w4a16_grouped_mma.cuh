@@ -7,10 +7,10 @@
 //   kMasked            rows [e*max_m, e*max_m + min(masked_m[e], max_m)) belong to e; rows past
 //                      masked_m are neither read nor written.
 // out[row] = a[row] @ dequant(W[expert])^T (same row in and out). Kernels, as in the indexed
-// family: GroupedMmaStreamK (the mma tile on persistent stream-K CTAs, decode and mid batch,
-// up to 32 rows), GroupedWgmma
-// (common/w4a16_wgmma_tile.cuh, 16-128 rows, one CTA per tile) and GroupedWgmmaStreamK (the wgmma
-// tile on persistent stream-K CTAs); BLOCK_K is the packed weight's (64 contiguous, 128 masked).
+// family: GroupedMmaStreamK (the mma tile on persistent stream-K CTAs, decode and mid batch, up to
+// 32 rows), GroupedWgmma (common/w4a16_wgmma_tile.cuh, 17-128 rows, one CTA per tile; tiles of 56
+// and 96 rows for the offsets and masked forms only) and GroupedWgmmaStreamK (the wgmma tile on
+// persistent stream-K CTAs); BLOCK_K is the packed weight's (64 contiguous, 128 masked).
 #pragma once
 
 #include "common/moe_params.cuh"
