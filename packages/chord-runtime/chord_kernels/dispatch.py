@@ -31,13 +31,12 @@ GROUPED_TILE_ROWS = BLOCK_M_CHOICES + (128,)
 DECODE_BLOCK_M_CHOICES = (8, 16, 32)
 PREFILL_BLOCK_M_CHOICES = (56, 64, 96, 128)
 INDEXED_BLOCK_M_CHOICES = DECODE_BLOCK_M_CHOICES + PREFILL_BLOCK_M_CHOICES
-# The wgmma tile takes routing blocks past the stream-K mma range (33+ rows; the prefill blocks,
-# 56 and up). On deep K one CTA per tile (v6 sweep,
-# H200: from K=2048 it beats the mma tile, 1418 vs 1744 µs at EP8 down T=2048; v10: it also beats
-# its own stream-K schedule there, 6187 vs 8924 µs at EP8 gate_up T=8192). On short K (TP8 down,
-# K=256: 4 stages a tile) pipeline fill dominates a one-CTA tile, and the stream-K schedule's ring
-# across tiles wins (v10: T=8192 1256 vs 1568 µs for the mma tile, T=2048 390 vs 405).
-WGMMA_MIN_BLOCK_M = 33
+# The wgmma tile takes routing blocks past the stream-K mma range (33+ rows: the prefill blocks,
+# 56 and up; auto_tile_family). On deep K one CTA per tile (v6 sweep, H200: from K=2048 it beats
+# the mma tile, 1418 vs 1744 µs at EP8 down T=2048; v10: it also beats its own stream-K schedule
+# there, 6187 vs 8924 µs at EP8 gate_up T=8192). On short K (TP8 down, K=256: 4 stages a tile)
+# pipeline fill dominates a one-CTA tile, and the stream-K schedule's ring across tiles wins
+# (v10: T=8192 1256 vs 1568 µs for the mma tile, T=2048 390 vs 405).
 WGMMA_MIN_K = 1024
 # Routing blocks up to this many rows run the mma tile on the stream-K schedule (persistent CTAs,
 # one ring across tiles, balanced runs): decode and mid batch, where per-tile restarts and the
@@ -64,10 +63,15 @@ def indexed_block_m(valid_shape_m: int, num_experts: int) -> int:
     override = env.get(env.BLOCK_M)
     if override:
         return int(override)
-    tok_e = max(valid_shape_m, 1) / max(num_experts, 1)
-    if tok_e <= DECODE_BLOCK_M_CHOICES[-1]:
-        return next(b for b in DECODE_BLOCK_M_CHOICES if tok_e <= b)
-    return prefill_block_m(math.ceil(tok_e))
+    return block_for_rows(max(valid_shape_m, 1) / max(num_experts, 1))
+
+
+def block_for_rows(rows_per_expert: float) -> int:
+    """The routing block (or per-expert tile) for an expert's expected rows: up to 32 the
+    smallest of 8/16/32 holding them, above prefill_block_m(ceil(rows))."""
+    if rows_per_expert <= DECODE_BLOCK_M_CHOICES[-1]:
+        return next(b for b in DECODE_BLOCK_M_CHOICES if rows_per_expert <= b)
+    return prefill_block_m(math.ceil(rows_per_expert))
 
 
 # The prefill block-size model. An expert with n rows takes ceil(n / b) tiles of b rows; a tile
@@ -428,12 +432,13 @@ def indexed_tuning() -> str:
 
 def auto_tile_family(rows: int, k: int) -> str:
     """The ``auto`` kernel for tiles of ``rows`` (an indexed routing block, a grouped tile) on K,
-    shared by both families: for 64+ rows (prefill) the wgmma tile, one CTA per tile on deep K and
-    on the stream-K schedule on short K; the mma tile on the stream-K schedule up to 32 rows
-    (decode, mid batch; the wgmma tile there measured 10-50 % slower, v10); else the mma tile."""
-    if rows >= WGMMA_MIN_BLOCK_M:
-        return "wgmma" if k >= WGMMA_MIN_K else "wgmma_sk"
-    return "mma_sk" if rows <= STREAMK_MAX_BLOCK_M else "mma"
+    shared by both families: the mma tile on the stream-K schedule up to 32 rows (decode, mid
+    batch; the wgmma tile there measured 10-50 % slower, v10); above (the 56+-row prefill blocks)
+    the wgmma tile, one CTA per tile on deep K and on the stream-K schedule on short K. The
+    one-CTA mma tile is reached only by CHORD_W4A16_INDEXED_KERNEL=mma."""
+    if rows <= STREAMK_MAX_BLOCK_M:
+        return "mma_sk"
+    return "wgmma" if k >= WGMMA_MIN_K else "wgmma_sk"
 
 
 def resolve_indexed_family(problem: IndexedProblem, family: str = "auto") -> str:
@@ -519,8 +524,8 @@ def grouped_tile_rows(rows_per_expert: int, routing: str = "contiguous") -> int:
     straddles two experts). The offsets and masked forms cut each expert's rows into tiles on the
     device, so they take the indexed family's routing blocks: 8/16/32 up to 32 rows, then
     prefill_block_m's 56/64/96/128 (least expected cost; 56 runs the 512 x 56 tile on deep K)."""
-    if routing != "contiguous" and rows_per_expert > DECODE_BLOCK_M_CHOICES[-1]:
-        return prefill_block_m(rows_per_expert)
+    if routing != "contiguous":
+        return block_for_rows(rows_per_expert)
     return next((b for b in GROUPED_TILE_ROWS if rows_per_expert <= b), GROUPED_TILE_ROWS[-1])
 
 
