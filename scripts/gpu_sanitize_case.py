@@ -24,7 +24,7 @@ CASES = {"mma": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
          "wgmma": ((4, 160, 320, 50, 2, 64), (3, 512, 256, 90, 2, 128), (2, 128, 192, 7, 1, 64),
                    (3, 512, 640, 60, 2, 64), (2, 160, 640, 80, 2, 128), (3, 512, 640, 150, 2, 96),
                    (3, 512, 640, 40, 2, 32), (2, 336, 640, 30, 2, 16), (3, 512, 640, 90, 2, 56))}
-ONLY = sys.argv[1:]  # optional: run only these families' indexed cases (a smoke test), no grouped
+ONLY = sys.argv[1:]  # optional: only these indexed families' cases, and "grouped" for the grouped ones
 for family, cases in CASES.items():
     if ONLY and family not in ONLY:
         continue
@@ -41,7 +41,7 @@ for family, cases in CASES.items():
         torch.cuda.synchronize()
         print(f"sanitize case ok: {family} E={e} N={n} K={k} block_m={block_m}", tuple(out.shape))
 
-if ONLY:
+if ONLY and "grouped" not in ONLY:
     sys.exit(0)
 
 # Grouped family: contiguous offsets (unaligned, over-allocated rows) and masked (rows past masked_m).
@@ -67,3 +67,8 @@ def grouped_case(label, n, k, counts, rows, expected_rows, max_m, expected_m):
 grouped_case("grouped", 80, 256, [3, 0, 17, 9], 40, 8, 8, 4)
 # The wgmma tile (64+ rows per expert, K >= 1024): ragged experts, an empty one.
 grouped_case("grouped wgmma", 256, 1024, [70, 0, 130, 9], 220, 100, 55, 80)
+# Masked BLOCK_K 128 read as whole K blocks: the 4-warpgroup tile (17-32 rows, two stages filled
+# together), the 56-row tile with N ending inside its 512-row tile, and the mma tile at STAGE_K 128.
+grouped_case("grouped 4-warpgroup", 512, 1024, [30, 0, 17, 25], 128, 24, 32, 24)
+grouped_case("grouped 56", 336, 1024, [50, 3, 40], 168, 40, 56, 40)
+grouped_case("grouped K384", 160, 384, [5, 12, 0, 7], 64, 6, 16, 6)

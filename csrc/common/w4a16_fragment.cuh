@@ -45,6 +45,20 @@ __device__ __forceinline__ int fragment_sub_offset(int sub) {
   return (sub / kSubsPerBlock) * 32 * (BLOCK_K / kTile) + (sub % kSubsPerBlock) * 4;
 }
 
+// Chunk c (16 bytes at byte 16·c) of one packed K block: sub-block `sub` (64 K columns) of lane
+// `lane` (a K block is 32 lanes x BLOCK_K/64 chunks, lane-major). Kernels copy a block front to
+// back, chunk c by lane c % 32 of the copying warp, into shared memory in the same order.
+struct BlockChunk {
+  int lane;
+  int sub;
+};
+
+template <int BLOCK_K>
+__device__ __forceinline__ BlockChunk block_chunk(int c) {
+  constexpr int kSubsPerBlock = BLOCK_K / 64;
+  return {c / kSubsPerBlock, c % kSubsPerBlock};
+}
+
 // Position inside the 16x16 tile of the code held in nibble j of lane's word.
 struct FragmentPos {
   int row;

@@ -32,13 +32,24 @@ struct MmaTile {
   static constexpr int kActStride = STAGE_K + 8;  // +16 B: ldmatrix rows hit distinct banks
   static_assert(STAGE_K % kSubK == 0, "STAGE_K must be a multiple of 64");
   static_assert(BLOCK_K % kSubK == 0, "the packed BLOCK_K must be a multiple of 64");
+  // Each stage's weights are whole packed K blocks, copied as they lie in memory (see Smem).
+  static constexpr int kSubsPerBlock = BLOCK_K / kSubK;
+  static constexpr int kBlocksPerStage = STAGE_K / BLOCK_K;
+  static_assert(STAGE_K % BLOCK_K == 0, "a stage holds whole packed K blocks");
 
   // One ring of STAGES stages in dynamic shared memory (the host passes
   // chord_kernels.dispatch mma_smem_bytes(), which mirrors sizeof(Smem)). A stage holds STAGE_K
   // columns of everything the CTA reads: each lane's weight chunks, the scales of the CTA's
   // rows and the gathered activation rows. The family fills a_row / out_row (-1 = no row).
+  // Weights: per K block and n-tile the block's 32 x BLOCK_K/64 16-byte chunks in memory order
+  // (lane-major: lane o's chunk of sub-block h at o * BLOCK_K/64 + h), so a warp's copy of it is
+  // a plain memcpy. Why (measured on the H200, masked decode at BLOCK_K 128): cp.async moves a
+  // 32-byte sector to shared memory as one piece only when the lanes reading it write adjacent
+  // shared bytes; splitting a lane's two chunks (one plane per sub-block) or copying each lane's
+  // chunk of one sub-block (half a sector each) both doubled the L2 requests and the kernel's time.
+  // The consumers' 16-byte reads of one sub-block are then 2-way bank conflicted at BLOCK_K 128.
   struct Smem {
-    uint4 w[STAGES][kSubsPerStage][kWarps][NT][32];
+    uint4 w[STAGES][kBlocksPerStage][kWarps][NT][32 * kSubsPerBlock];
     __nv_bfloat16 scale[STAGES][kGroupsPerStage][kRows];
     __nv_bfloat16 act[STAGES][kTok][kActStride];
     int32_t a_row[kTok];
@@ -56,9 +67,10 @@ struct MmaTile {
     return *reinterpret_cast<Smem*>(smem_raw);
   }
 
-  // Where this thread's weight and scale copies for one (expert, CTA column tile) start: each
-  // lane's 16-byte fragment chunk of K sub-block 0 per n-tile of its warp (it reads them back
-  // itself, so no extra barrier), and its 16-byte chunks of the CTA rows' scales at stage 0.
+  // Where this thread's weight and scale copies for one (expert, CTA column tile) start: chunk
+  // `lane` of K block 0 per n-tile of its warp (the warp copies a block front to back, 512 bytes
+  // an instruction, and reads only its own blocks back, so no extra barrier), and its 16-byte
+  // chunks of the CTA rows' scales at stage 0.
   // Built once per tile, so a stage's copies cost an add each (the 64-bit index math of
   // fragment_chunk_word per copy was a third of the decode loop's instructions).
   static constexpr int kScaleChunks = kGroupsPerStage * kRows / 8;  // 8 scales each (N % 16 == 0)
@@ -73,11 +85,12 @@ struct MmaTile {
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int n_tiles = p.n / kTile;
     const int tile0 = row0 / kTile + warp * NT;  // this warp's first n-tile
+    const BlockChunk first = block_chunk<BLOCK_K>(lane);  // the chunk this lane copies of each block
     Sources src;
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       const int tile = min(tile0 + t, n_tiles - 1);  // clamp: tiles past N compute, never store
-      src.w[t] = p.qweight + fragment_chunk_word<BLOCK_K>(expert, tile, 0, lane, n_tiles, p.k / BLOCK_K);
+      src.w[t] = p.qweight + fragment_chunk_word<BLOCK_K>(expert, tile, first.sub, first.lane, n_tiles, p.k / BLOCK_K);
     }
 #pragma unroll
     for (int i = 0; i < kScaleCopies; ++i) {
@@ -94,10 +107,11 @@ struct MmaTile {
   __device__ static void load_weights_scales(const MoeParams& p, Smem& sm, int slot, const Sources& src, int s) {
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 #pragma unroll
-    for (int j = 0; j < kSubsPerStage; ++j) {
-      const int offset = fragment_sub_offset<BLOCK_K>(s * kSubsPerStage + j);
+    for (int j = 0; j < kSubsPerStage; ++j) {  // chunks 32 i + lane of the stage's K block b
+      const int b = j / kSubsPerBlock, i = j % kSubsPerBlock;
+      const int offset = fragment_sub_offset<BLOCK_K>((s * kBlocksPerStage + b) * kSubsPerBlock) + i * 32 * 4;
 #pragma unroll
-      for (int t = 0; t < NT; ++t) cp_async_16(&sm.w[slot][j][warp][t][lane], src.w[t] + offset, 16);
+      for (int t = 0; t < NT; ++t) cp_async_16(&sm.w[slot][b][warp][t][32 * i + lane], src.w[t] + offset, 16);
     }
     const int scale_offset = s * kGroupsPerStage * p.n;
 #pragma unroll
@@ -119,7 +133,7 @@ struct MmaTile {
       __nv_bfloat162 s_lo[NT][2], s_hi[NT][2];  // per tile and scale group: rows g and g+8
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
-        w[t] = sm.w[slot][j][warp][t][lane];
+        w[t] = sm.w[slot][j / kSubsPerBlock][warp][t][lane * kSubsPerBlock + j % kSubsPerBlock];
         const int r = (warp * NT + t) * kTile + lane / 4;
 #pragma unroll
         for (int grp = 0; grp < 2; ++grp) {

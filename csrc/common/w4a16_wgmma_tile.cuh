@@ -144,9 +144,28 @@ struct WgmmaTile {
 
   // Int32 words from a lane's chunk at stage 0 to its chunk at stage s (the same for every
   // n-tile and lane: the packed format stores a tile's K blocks in order).
+  static constexpr int kStagesPerBlock = BLOCK_K / kStageK;
   __device__ __forceinline__ static int64_t stage_words(int s) {
-    constexpr int kSubsPerBlock = BLOCK_K / kStageK;
-    return (int64_t)(s / kSubsPerBlock) * 32 * (BLOCK_K / kTile) + (s % kSubsPerBlock) * 4;
+    return (int64_t)(s / kStagesPerBlock) * 32 * (BLOCK_K / kTile) + (s % kStagesPerBlock) * 4;
+  }
+
+  // Where the consumers find their weight chunk of the stage in ring slot `slot`. By owner
+  // (load_stage: any stage alone, the stream-K schedule): sm.w[slot][cwarp][m][lane]. Whole
+  // blocks (one tile per CTA, BLOCK_K 128): the two stages of a packed K block fill an even slot
+  // and the next together, and their weight areas hold the block's chunks in memory order
+  // (lane o's chunk of stage h at 2 o + h of its (cwarp, m) run). Why: cp.async moves a 32-byte
+  // sector to shared memory as one piece only when the lanes reading it write adjacent shared
+  // bytes, and by owner each lane reads half a sector (measured on the H200, masked decode on
+  // the mma tile: twice the L2 requests and 1.86x the time; common/w4a16_mma_tile.cuh).
+  static constexpr bool kBlockPairs = kStagesPerBlock == 2;
+  template <bool kPairs>
+  __device__ __forceinline__ static const uint4* weight_chunk(const Smem& sm, int slot, int cwarp, int m, int lane) {
+    if constexpr (kPairs) {
+      const uint4* pair = &sm.w[slot & ~1][0][0][0];
+      return pair + ((cwarp * WM + m) * 32 + lane) * 2 + (slot & 1);
+    } else {
+      return &sm.w[slot][cwarp][m][lane];
+    }
   }
 
   // A producer thread's weight and scale sources for one (expert, CTA column tile). Weights:
@@ -159,6 +178,8 @@ struct WgmmaTile {
     int scale_bytes;             // 16, or 0: past N or no chunk (zero-filled)
   };
 
+  enum WeightCopy { kByOwner, kWholeBlocks };  // see weight_chunk
+  template <WeightCopy kCopy = kByOwner>
   __device__ __forceinline__ static Sources sources(const MoeParams& p, int expert, int col_tile) {
     const int tid = threadIdx.x;
     const int n_tiles = p.n / kTile, k_blocks = p.k / BLOCK_K, k_groups = p.k / kGroupSize;
@@ -168,7 +189,9 @@ struct WgmmaTile {
     for (int i = 0; i < kWeightPerThread; ++i) {
       const int c = tid + kProducerThreads * i;
       const int tile = min(tile_of(col_tile, c / (WM * 32), (c / 32) % WM), n_tiles - 1);  // clamp: never stored
-      src.w_word[i] = (int32_t)fragment_chunk_word<BLOCK_K>(0, tile, 0, c % 32, n_tiles, k_blocks);
+      // by owner: lane c % 32's chunk of the stage; whole blocks: chunk c % 32 of the block
+      const BlockChunk at = kCopy == kWholeBlocks ? block_chunk<BLOCK_K>(c % 32) : BlockChunk{c % 32, 0};
+      src.w_word[i] = (int32_t)fragment_chunk_word<BLOCK_K>(0, tile, at.sub, at.lane, n_tiles, k_blocks);
     }
     // Scales: thread tid < kScaleChunks copies 8 scales of group tid / (kRows / 8).
     const int row0 = col_tile * kRows;
@@ -220,6 +243,13 @@ struct WgmmaTile {
       const int c = tid + kProducerThreads * i;
       cp_async_16(&sm.w[slot][c / (WM * 32)][(c / 32) % WM][c % 32], src.w_expert + src.w_word[i] + w_off, 16);
     }
+    load_scales_acts(p, sm, slot, src, rows, s);
+  }
+
+  template <class Rows>
+  __device__ __forceinline__ static void load_scales_acts(const MoeParams& p, Smem& sm, int slot, const Sources& src,
+                                                          const Rows& rows, int s) {
+    const int tid = threadIdx.x;
     if (tid < kScaleChunks)
       cp_async_16(&sm.scale[slot][tid / (kRows / 8)][(tid % (kRows / 8)) * 8],
                   src.scale + (int64_t)s * kGroupsPerStage * p.n, src.scale_bytes);
@@ -229,19 +259,55 @@ struct WgmmaTile {
       if (act_row_in_tile(tid, i)) cp_async_16(dst + i * 16 * 128, rows.chunk(p, i, s), rows.present(i) ? 16 : 0);
   }
 
+  // The two stages of K block s0 / 2 into slots `slot` (even) and slot + 1, weights as whole
+  // blocks (see weight_chunk; thread chunk c copies 16 bytes at 16 (c % 32) and 512 + 16 (c % 32)
+  // of its n-tile's block). Issue only.
+  template <class Rows>
+  __device__ __forceinline__ static void load_block_pair(const MoeParams& p, Smem& sm, int slot, const Sources& src,
+                                                         const Rows& rows, int s0) {
+    const int tid = threadIdx.x;
+    const int64_t w_off = stage_words(s0);
+    uint4* pair = &sm.w[slot][0][0][0];
+#pragma unroll
+    for (int i = 0; i < kWeightPerThread; ++i) {
+      const int c = tid + kProducerThreads * i;
+#pragma unroll
+      for (int q = 0; q < 2; ++q)
+        cp_async_16(pair + (c / 32) * 64 + q * 32 + c % 32, src.w_expert + src.w_word[i] + w_off + q * 32 * 4, 16);
+    }
+#pragma unroll
+    for (int q = 0; q < 2; ++q) load_scales_acts(p, sm, slot + q, src, rows, s0 + q);
+  }
+
   __device__ static void produce(const MoeParams& p, Smem& sm, int expert) {
     const int tid = threadIdx.x;
     const int num_stages = p.k / kStageK;
-    const Sources src = sources(p, expert, blockIdx.x);
+    const Sources src = sources<kBlockPairs ? kWholeBlocks : kByOwner>(p, expert, blockIdx.x);
     RowIndex idx;
 #pragma unroll
     for (int i = 0; i < kActPerThread; ++i) idx.row[i] = act_row_in_tile(tid, i) ? sm.a_row[act_row_of(tid, i)] : -1;
     const RowPointers rows(p, idx);
-    for (int s = 0; s < num_stages; ++s) {
-      const int slot = s % STAGES;
-      if (s >= STAGES) mbarrier_wait(&sm.empty[slot], ((s / STAGES) + 1) & 1);  // use s/STAGES - 1 released
-      load_stage(p, sm, slot, src, rows, s);
-      cp_async_mbarrier_arrive(&sm.full[slot]);
+    if constexpr (kBlockPairs) {
+      // Waiting for two slots at once needs a third being read (a slot is released after the next
+      // stage's first step), and pairs must not wrap the ring.
+      static_assert(STAGES % 2 == 0 && STAGES >= 4, "stage pairs need an even ring of 4+ slots");
+      for (int s = 0; s < num_stages; s += 2) {
+        const int slot = s % STAGES;
+        if (s >= STAGES) {  // uses s/STAGES - 1 of both slots released
+          mbarrier_wait(&sm.empty[slot], ((s / STAGES) + 1) & 1);
+          mbarrier_wait(&sm.empty[slot + 1], ((s / STAGES) + 1) & 1);
+        }
+        load_block_pair(p, sm, slot, src, rows, s);
+        cp_async_mbarrier_arrive(&sm.full[slot]);
+        cp_async_mbarrier_arrive(&sm.full[slot + 1]);
+      }
+    } else {
+      for (int s = 0; s < num_stages; ++s) {
+        const int slot = s % STAGES;
+        if (s >= STAGES) mbarrier_wait(&sm.empty[slot], ((s / STAGES) + 1) & 1);  // use s/STAGES - 1 released
+        load_stage(p, sm, slot, src, rows, s);
+        cp_async_mbarrier_arrive(&sm.full[slot]);
+      }
     }
     cp_async_wait<0>();
   }
@@ -260,6 +326,7 @@ struct WgmmaTile {
   // step's group left in flight while the next is dequantized. `first` starts the tile: the
   // first wgmma runs with scale-d = 0 (D = A*B). No zeroing by moves: that makes ptxas serialize
   // every wgmma once a group stays in flight across the loop's back edge (C7515).
+  template <bool kPairs = false>
   __device__ __forceinline__ static void mma_stage(Smem& sm, int slot, Acc& acc, AFrag& afrag, bool first) {
     const int cwarp = threadIdx.x / 32 - kProducerThreads / 32, lane = threadIdx.x % 32;
     const int cwg = cwarp / 4, wi = cwarp % 4;  // consumer warpgroup, warp within it
@@ -274,7 +341,7 @@ struct WgmmaTile {
     if constexpr (!kOperandsPerStep) {
 #pragma unroll
       for (int m = 0; m < WM; ++m) {
-        w[m] = sm.w[slot][cwarp][m][lane];
+        w[m] = *weight_chunk<kPairs>(sm, slot, cwarp, m, lane);
 #pragma unroll
         for (int grp = 0; grp < kGroupsPerStage; ++grp) load_scales(m, grp);
       }
@@ -287,7 +354,7 @@ struct WgmmaTile {
       for (int m = 0; m < WM; ++m) {
         uint32_t word;
         if constexpr (kOperandsPerStep) {
-          word = reinterpret_cast<const uint32_t*>(&sm.w[slot][cwarp][m][lane])[kt];
+          word = reinterpret_cast<const uint32_t*>(weight_chunk<kPairs>(sm, slot, cwarp, m, lane))[kt];
           if (kt % 2 == 0) load_scales(m, kt / 2);  // a scale group is 32 columns: two k steps
         } else {
           word = kt == 0 ? w[m].x : kt == 1 ? w[m].y : kt == 2 ? w[m].z : w[m].w;
@@ -369,7 +436,7 @@ struct WgmmaTile {
     for (int s = 0; s < num_stages; ++s) {
       const int slot = s % STAGES;
       mbarrier_wait(&sm.full[slot], (s / STAGES) & 1);
-      mma_stage(sm, slot, acc, afrag, s == 0);
+      mma_stage<kBlockPairs>(sm, slot, acc, afrag, s == 0);
       if (s > 0) release(sm, (s - 1) % STAGES);
     }
     drain(acc, afrag);
