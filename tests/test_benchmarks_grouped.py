@@ -438,3 +438,13 @@ def test_grouped_plot_written_when_matplotlib_available(tmp_path):
     paths = report.plot_grouped(rows, tmp_path, {"date": "d", "commit": "c", "gpu": "H200"})
     assert [p.name for p in paths] == ["performance_grouped_ep8.png", "performance_grouped_ep16.png"]
     assert all(p.stat().st_size > 0 for p in paths)
+
+
+def test_grouped_layout_ab_needs_a_gpu_and_says_so(monkeypatch):
+    """The layout A/B tool imports without a GPU (no chord_kernels import at module level) and
+    refuses clearly instead of failing inside a kernel call."""
+    from benchmarks import grouped_layout_ab
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        grouped_layout_ab.main(["--case", "64,256,8,4"])
