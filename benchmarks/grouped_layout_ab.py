@@ -45,9 +45,9 @@ def run_case(n: int, k: int, rows: int, e: int) -> list[dict]:
         as_masked = dataclasses.replace(packed, mode="masked")
         out_offsets = torch.full((a_offsets.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
         out_masked = torch.full((a_masked.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        calls = {"offsets": lambda: contiguous_offsets(a_offsets, as_contiguous, offsets, out_offsets,
-                                                       expected_m=expected_m),
-                 "masked": lambda: masked(a_masked, as_masked, counts, expected_m, out_masked)}
+        calls = {"offsets": lambda w=as_contiguous, o=out_offsets: contiguous_offsets(a_offsets, w, offsets, o,
+                                                                                      expected_m=expected_m),
+                 "masked": lambda w=as_masked, o=out_masked: masked(a_masked, w, counts, expected_m, o)}
         for form, call in calls.items():
             call()
             torch.cuda.synchronize()
