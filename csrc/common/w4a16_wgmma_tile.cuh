@@ -287,27 +287,22 @@ struct WgmmaTile {
 #pragma unroll
     for (int i = 0; i < kActPerThread; ++i) idx.row[i] = act_row_in_tile(tid, i) ? sm.a_row[act_row_of(tid, i)] : -1;
     const RowPointers rows(p, idx);
-    if constexpr (kBlockPairs) {
-      // Waiting for two slots at once needs a third being read (a slot is released after the next
-      // stage's first step), and pairs must not wrap the ring.
-      static_assert(STAGES % 2 == 0 && STAGES >= 4, "stage pairs need an even ring of 4+ slots");
-      for (int s = 0; s < num_stages; s += 2) {
-        const int slot = s % STAGES;
-        if (s >= STAGES) {  // uses s/STAGES - 1 of both slots released
-          mbarrier_wait(&sm.empty[slot], ((s / STAGES) + 1) & 1);
-          mbarrier_wait(&sm.empty[slot + 1], ((s / STAGES) + 1) & 1);
-        }
+    // Stage pairs (kBlockPairs): waiting for two slots at once needs a third being read (a slot is
+    // released after the next stage's first step), and pairs must not wrap the ring.
+    static_assert(!kBlockPairs || (STAGES % 2 == 0 && STAGES >= 4), "stage pairs need an even ring of 4+ slots");
+    constexpr int kStep = kBlockPairs ? 2 : 1;
+    for (int s = 0; s < num_stages; s += kStep) {
+      const int slot = s % STAGES;
+#pragma unroll
+      for (int q = 0; q < kStep; ++q)  // use (s + q) / STAGES - 1 of the slot released
+        if (s + q >= STAGES) mbarrier_wait(&sm.empty[slot + q], (((s + q) / STAGES) + 1) & 1);
+      if constexpr (kBlockPairs) {
         load_block_pair(p, sm, slot, src, rows, s);
-        cp_async_mbarrier_arrive(&sm.full[slot]);
-        cp_async_mbarrier_arrive(&sm.full[slot + 1]);
-      }
-    } else {
-      for (int s = 0; s < num_stages; ++s) {
-        const int slot = s % STAGES;
-        if (s >= STAGES) mbarrier_wait(&sm.empty[slot], ((s / STAGES) + 1) & 1);  // use s/STAGES - 1 released
+      } else {
         load_stage(p, sm, slot, src, rows, s);
-        cp_async_mbarrier_arrive(&sm.full[slot]);
       }
+#pragma unroll
+      for (int q = 0; q < kStep; ++q) cp_async_mbarrier_arrive(&sm.full[slot + q]);
     }
     cp_async_wait<0>();
   }
