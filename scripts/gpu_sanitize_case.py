@@ -23,7 +23,9 @@ CASES = {"mma": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
          # 512-row tile; BN 56: the last producer pass half outside the tile, words per k step)
          "wgmma": ((4, 160, 320, 50, 2, 64), (3, 512, 256, 90, 2, 128), (2, 128, 192, 7, 1, 64),
                    (3, 512, 640, 60, 2, 64), (2, 160, 640, 80, 2, 128), (3, 512, 640, 150, 2, 96),
-                   (3, 512, 640, 40, 2, 32), (2, 336, 640, 30, 2, 16), (3, 512, 640, 90, 2, 56))}
+                   (3, 512, 640, 40, 2, 32), (2, 336, 640, 30, 2, 16), (3, 512, 640, 90, 2, 56),
+                   # ~280 tiles: more than the resident CTAs, so each loops over 2-3 tiles
+                   (4, 2048, 256, 2000, 2, 128))}
 ONLY = sys.argv[1:]  # optional: only these indexed families' cases, and "grouped" for the grouped ones
 for family, cases in CASES.items():
     if ONLY and family not in ONLY:
@@ -72,3 +74,5 @@ grouped_case("grouped wgmma", 256, 1024, [70, 0, 130, 9], 220, 100, 55, 80)
 grouped_case("grouped 4-warpgroup", 512, 1024, [30, 0, 17, 25], 128, 24, 32, 24)
 grouped_case("grouped 56", 336, 1024, [50, 3, 40], 168, 40, 56, 40)
 grouped_case("grouped K384", 160, 384, [5, 12, 0, 7], 64, 6, 16, 6)
+# ~180 wgmma tiles, more than the resident CTAs: each CTA loops over 1-2 tiles through one ring.
+grouped_case("grouped tile loop", 2048, 1024, [900, 0, 1200, 500], 4864, 2600, 1216, 650)

@@ -44,10 +44,11 @@ def test_indexed_prefill_choice_is_the_wgmma_tile(n, block_m, want):
     assert launch.rows_per_cta == want["BN"] and launch.cols_per_cta == 128 * want["WM"]
     assert launch.ctas_per_block(problem) == 1
     # WgmmaTile::Smem: STAGES x (BN rows x 128 B, 8 warps x WM x 512 B, 2 groups x 128*WM bf16,
-    # BN stream-K row ids, 2 mbarriers) + 2 x BN int32 + the finisher flag (padded to 16 B)
+    # BN stream-K row ids, 2 mbarriers) + the epilogue's staging (2 warpgroups x BN rows x 72
+    # bf16) + 2 x BN int32 + the finisher flag (padded to 16 B)
     cfg = launch.spec.config
     assert launch.smem_bytes == cfg["STAGES"] * (cfg["BN"] * 128 + 8 * cfg["WM"] * 512 + 2 * 128 * cfg["WM"] * 2
-                                                 + 4 * cfg["BN"] + 16) + 8 * cfg["BN"] + 16
+                                                 + 4 * cfg["BN"] + 16) + 2 * cfg["BN"] * 72 * 2 + 8 * cfg["BN"] + 16
     assert launch.smem_bytes <= 227 * 1024
 
 
@@ -56,7 +57,8 @@ def test_short_k_prefill_is_the_wgmma_tile_on_the_stream_k_schedule(block_m, bn)
     """TP8 down (K=256) prefill blocks: 4 stages a tile, so the ring must run across tiles."""
     launch = dispatch.select_indexed(IndexedProblem(7168, 256, 384, 8, block_m))
     assert launch.spec.family == "indexed_wgmma_sk" and launch.persistent
-    assert launch.spec.config == {"WM": 2, "BN": bn, "STAGES": 8, "CWG": 2}
+    # the ring as deep as fits next to the epilogue's staging rows: 8 stages, 7 at BN 128
+    assert launch.spec.config == {"WM": 2, "BN": bn, "STAGES": 8 if bn < 128 else 7, "CWG": 2}
     # blocks past the stream-K mma tile's 32 rows (56 from the block model, 48 by override) take
     # the wgmma tile: on short K its stream-K schedule with 2 consumer warpgroups (4 would spill)
     for rows in (48, 56):
@@ -173,12 +175,13 @@ def test_streamk_launch_is_persistent_with_a_workspace():
 @pytest.mark.parametrize("block_m,bn", [(8, 16), (16, 16), (32, 32), (64, 64), (128, 128)])
 def test_wgmma_streamk_launch(block_m, bn):
     """The wgmma tile on the stream-K schedule: persistent, two partial slots of 256 consumer
-    threads x WM*BN/2 floats per CTA, 64-column iterations, the ring as deep as fits (<= 8)."""
+    threads x WM*BN/2 floats per CTA, 64-column iterations, the ring as deep as fits (<= 8; 7 at
+    BN 128 next to the epilogue's staging rows)."""
     problem = IndexedProblem(4096, 7168, 48, 8, block_m)
     launch = dispatch.select_indexed(problem, family="wgmma_sk")
     cfg = launch.spec.config
     assert launch.spec.family == "indexed_wgmma_sk" and launch.spec.threads == 384
-    assert cfg["BN"] == bn and cfg["WM"] == 2 and cfg["STAGES"] == 8
+    assert cfg["BN"] == bn and cfg["WM"] == 2 and cfg["STAGES"] == (8 if bn < 128 else 7)
     assert launch.persistent and launch.partial_floats == 2 * 256 * 2 * bn // 2 and launch.iteration_k == 64
     assert launch.smem_bytes + 1024 <= 227 * 1024
     narrow = dispatch.select_indexed(IndexedProblem(128, 256, 8, 8, block_m), family="wgmma_sk")

@@ -265,17 +265,40 @@ def test_grouped_entry_points_check_mode_and_expected_m():
 
 
 def test_grids_past_cuda_limit_are_a_clear_error(grouped_stub):
-    """Row tiles map to grid y (at most 65535): a buffer too tall for its tile size raises before
-    any launch instead of failing in the driver."""
-    # 64-row tiles (expected_m 40) on deep K: the one-CTA-per-tile wgmma grid, 65535 + E tiles (the
-    # rows are a broadcast view: no 8 GB buffer)
-    packed, _, _ = _grouped_problem("contiguous", k=1024)
+    """Row tiles of one-CTA-per-tile kernels map to grid y (at most 65535): a buffer too tall for
+    its tile size raises before any launch instead of failing in the driver."""
+    # 32-row tiles (expected_m 24) on deep K, N >= 2048: the 4-warpgroup wgmma tile, one CTA per
+    # tile, 65535 * 2 + E tiles (the rows are a broadcast view: no 8 GB buffer)
+    packed, _, _ = _grouped_problem("contiguous", n=2048, k=1024)
     a = torch.empty(1, 1024, dtype=torch.bfloat16).expand(64 * 65535, 1024)
     out = torch.empty(1, packed.n, dtype=torch.bfloat16).expand(a.shape[0], packed.n)
     offsets = torch.tensor([0, 1, 2, 3, 4])
     with pytest.raises(ValueError, match="contiguous_offsets over 4194240 rows .* grid y, over CUDA's 65535"):
-        ops._grouped_cuda("contiguous_offsets", a, packed, offsets, out, 40)
+        ops._grouped_cuda("contiguous_offsets", a, packed, offsets, out, 24)
     assert not grouped_stub["launches"]
+
+
+def test_tile_loop_grid_does_not_grow_with_the_buffers(grouped_stub, monkeypatch):
+    """The wgmma tile with 2 consumer warpgroups loops over whole tiles (csrc/common/
+    w4a16_wgmma_tiles.cuh): however tall vLLM's over-allocated buffer, the grid is at most the
+    resident CTAs, and fewer when the buffer holds fewer tiles; the CTAs claim tiles from the
+    zeroed stream-K locks."""
+    packed, _, _ = _grouped_problem("contiguous", k=1024)
+    offsets = torch.tensor([0, 1, 2, 3, 4])
+    # 128-row tiles (expected_m 100), 1 column tile: ceil(rows / 128) + 4 experts row tiles at most
+    for rows, resident, want in ((64 * 65535, 3, 3), (100, 1000, 5)):
+        monkeypatch.setattr(ops, "_resident_ctas", lambda kernel, launch, device, n=resident: n)
+        a = torch.empty(1, 1024, dtype=torch.bfloat16).expand(rows, 1024)
+        out = torch.empty(1, packed.n, dtype=torch.bfloat16).expand(rows, packed.n)
+        ops._grouped_cuda("contiguous_offsets", a, packed, offsets, out, 100)
+        assert grouped_stub["launches"][-1][0] == (want, 1, 1)
+    assert all(spec.describe().startswith("grouped_wgmma[") for spec in grouped_stub["loaded"])
+    launch = dispatch.indexed_wgmma(2, 128, 6)
+    with pytest.raises(ValueError, match="tiles, over 2.31"):
+        ops._launch_grid("kernel", launch, torch.device("cpu"), 7168, (56, 2**26, 1), "indexed")
+    # the loop claims tiles from a counter: the zeroed locks, no FP32 workspace
+    grid, (workspace, locks) = ops._launch_grid("kernel", launch, torch.device("cpu"), 7168, (56, 1000, 1), "indexed")
+    assert grid == (1000, 1, 1) and workspace == 0 and locks != 0
 
 
 def test_streamk_iteration_count_past_int32_is_a_clear_error(stub_device):

@@ -53,6 +53,13 @@ __device__ __forceinline__ void named_barrier_sync() {
   asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
 }
 
+// The same with the ID known only at run time (e.g. one barrier per warpgroup), uniform per warp.
+template <int THREADS>
+__device__ __forceinline__ void named_barrier_sync(int id) {
+  static_assert(THREADS % 32 == 0, "whole warps");
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");
+}
+
 // Hand registers between warpgroups (all warps of a warpgroup execute it; counts are per
 // thread, multiples of 8 in 24..256).
 template <int REGS>

@@ -40,7 +40,7 @@ struct MoeParams {
   int32_t sorted_len;      // indexed: entries of sorted_ids that may be read
   int32_t max_m;           // masked: rows reserved per expert
   float* workspace;        // stream-K: FP32 partials, [grid CTAs][2][threads][accumulators]
-  int32_t* locks;          // stream-K: [grid CTAs] zeros; every launch leaves them zero
+  int32_t* locks;          // stream-K: [grid CTAs]; the tile loop: [2] (next tile, CTAs done); zeros, every launch leaves them zero
 };
 // The host packs this struct by hand: keep them in step.
 static_assert(sizeof(MoeParams) == 152, "MoeParams layout changed: update chord_kernels/ops.py");

@@ -137,7 +137,7 @@ struct WgmmaStreamK {
   __device__ static void finish_tile(const MoeParams& p, Smem& sm, const typename Tile::Acc& acc, int first,
                                      const StreamKWork& w, int col, const int32_t* routes, int ctid) {
     if (w.owns(first)) {
-      Tile::store(p, acc, col, routes);
+      Tile::store(p, sm, acc, col, routes);
       return;
     }
     if (!Fixup::contribute(p, w, &acc[0][0], first, ctid, &sm.finisher,

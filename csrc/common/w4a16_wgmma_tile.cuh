@@ -59,6 +59,11 @@ struct WgmmaTile {
   static_assert(STAGES >= 2, "the ring needs a slot being read and one being filled");
   static_assert(CWG == 2 || (CWG == 4 && WM * BN <= 112), "4 consumer warpgroups hold at most 56 accumulators a thread");
   static_assert(BLOCK_K % kStageK == 0, "the packed BLOCK_K must be a multiple of 64");
+  // The epilogue through shared memory (store): each consumer warpgroup stages one m64 tile's
+  // BN x 64 outputs at a time and writes them as 16-byte row pieces. Only with 2 consumer
+  // warpgroups: with 4 the staging would push the ring out of shared memory.
+  static constexpr bool kStagedEpilogue = CWG == 2;
+  static constexpr int kOutStageStride = 64 + 8;  // +16 bytes: stmatrix rows and 16-byte reads hit distinct banks
 
   // The host passes chord_kernels.dispatch wgmma_smem_bytes(), which mirrors sizeof(Smem).
   // act first: each stage is BN * 128 bytes, a multiple of the 1024-byte swizzle atom.
@@ -66,14 +71,21 @@ struct WgmmaTile {
     __nv_bfloat16 act[STAGES][BN * kStageK];
     uint4 w[STAGES][kConsumerWarps][WM][32];
     __nv_bfloat16 scale[STAGES][kGroupsPerStage][kRows];
+    __nv_bfloat16 out_stage[kStagedEpilogue ? CWG : 1][kStagedEpilogue ? BN : 1][kOutStageStride];
     int32_t a_row[kTok];
     int32_t out_row[kTok];
-    // Stream-K schedule only (common/w4a16_wgmma_streamk.cuh): each ring slot's tile rows (route
-    // ids, -1 = none), written by the producer with the slot, read by the tile's epilogue.
-    int32_t route[STAGES][kTok];
+    union {
+      // Stream-K schedule (common/w4a16_wgmma_streamk.cuh): each ring slot's tile rows (route
+      // ids, -1 = none), written by the producer with the slot, read by the tile's epilogue.
+      int32_t route[STAGES][kTok];
+      // Tile loop (common/w4a16_wgmma_tiles.cuh): the tile whose first stage the slot holds
+      // (-1: no more tiles), written by the producer with the slot.
+      int32_t tile[STAGES];
+    };
     uint64_t full[STAGES];   // the producer's copies of the slot landed (see init_barriers)
     uint64_t empty[STAGES];  // every consumer warp is done with the slot (4*CWG arrivals)
     int32_t finisher;        // stream-K: "this CTA adds up the split tile"
+    int32_t claimed[2];      // tile loop: the producer's last two claims (inside the struct's padding)
   };
 
   __device__ static Smem& smem() {
@@ -85,8 +97,8 @@ struct WgmmaTile {
 
   // `full` completes after `full_arrivals`: one cp.async-arrive per producer thread (its copies
   // of the slot landed), plus, on the stream-K schedule, one ordinary arrive per producer thread
-  // after its plain shared-memory stores of the slot's row ids (cp.async arrivals do not order
-  // those).
+  // after its plain shared-memory stores of the slot's row ids, and in the tile loop one by the
+  // thread that stores the slot's tile (cp.async arrivals do not order those stores).
   __device__ static void init_barriers(Smem& sm, int full_arrivals) {
     if (threadIdx.x == 0) {
 #pragma unroll
@@ -415,12 +427,65 @@ struct WgmmaTile {
     }
   }
 
-  __device__ __forceinline__ static void store(const MoeParams& p, const Acc& acc, int col_tile, const int32_t* out_rows) {
+  // The tile's outputs (after drain) to out[out_rows[r], col_tile's columns], rows -1 skipped.
+  __device__ __forceinline__ static void store(const MoeParams& p, Smem& sm, const Acc& acc, int col_tile,
+                                               const int32_t* out_rows) {
     const int ctid = threadIdx.x - kProducerThreads;
+    if constexpr (kStagedEpilogue) {
+      store_staged(p, sm, acc, col_tile, out_rows, ctid);
+    } else {
 #pragma unroll
-    for (int i = 0; i < kAccGroups; ++i) {
-      const float* a = &acc[i / (BN / 8)][4 * (i % (BN / 8))];
-      store4(p, ctid, col_tile, out_rows, i, make_float4(a[0], a[1], a[2], a[3]));
+      for (int i = 0; i < kAccGroups; ++i) {
+        const float* a = &acc[i / (BN / 8)][4 * (i % (BN / 8))];
+        store4(p, ctid, col_tile, out_rows, i, make_float4(a[0], a[1], a[2], a[3]));
+      }
+    }
+  }
+
+  // Why staged: stored straight from the fragment, a thread holds columns g and g + 8 of a row
+  // (the swapped D layout), so every 16 output columns of a row take two 2-byte stores a lane
+  // and two half-written sectors, each under its own row check (ncu, TP8 T=2048 down: 8x the
+  // store instructions and 2x the L2 write sectors of Humming, which stages through shared
+  // memory; docs/design/indexed-kernels.md v15). Here each warpgroup, per m64 tile: stmatrix
+  // .trans of its BN x 64 outputs into its staging rows (BF16, rounded as before), then 16-byte
+  // row pieces to global memory, 8 threads a row. Two barriers of the warpgroup per m64 tile: the
+  // staging rows are free (the last pass read them) and written.
+  __device__ __forceinline__ static void store_staged(const MoeParams& p, Smem& sm, const Acc& acc, int col_tile,
+                                                      const int32_t* out_rows, int ctid) {
+    const int cwg = ctid / 128, wt = ctid % 128, warp = wt / 32, lane = wt % 32;
+    __nv_bfloat16(*stage)[kOutStageStride] = sm.out_stage[cwg];
+    const int barrier = 4 + cwg;  // 0: __syncthreads, 1: stream-K fix-up, 2: the tile loop's out rows, 3 spare
+    // 16-byte vector stores need the row starts 16-byte aligned (vLLM's outputs are)
+    const bool vec = p.ldc % 8 == 0 && (reinterpret_cast<uintptr_t>(p.out) & 15) == 0;
+#pragma unroll
+    for (int m = 0; m < WM; ++m) {
+      named_barrier_sync<128>(barrier);
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {  // rows 8j..8j+7; matrix 0: columns 16 warp + 0..7, matrix 1: + 8..15
+        const float* a = &acc[m][4 * j];
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(a[0], a[1]), hi = __floats2bfloat162_rn(a[2], a[3]);
+        const int r = lane % 16;
+        stmatrix_x2_trans(&stage[8 * j + r % 8][16 * warp + 8 * (r / 8)], reinterpret_cast<const uint32_t&>(lo),
+                          reinterpret_cast<const uint32_t&>(hi));
+      }
+      named_barrier_sync<128>(barrier);
+      const int col = col_tile * kRows + (cwg * WM + m) * 64 + (wt % 8) * 8;  // this thread's 8 columns
+      if (col < p.n) {  // N is a multiple of 16: an 8-column piece is wholly in or out
+#pragma unroll
+        for (int row = wt / 8; row < BN; row += 16) {
+          const int out_row = out_rows[row];
+          if (out_row < 0) continue;
+          const uint4 v = *reinterpret_cast<const uint4*>(&stage[row][(wt % 8) * 8]);
+          __nv_bfloat16* dst = p.out + (int64_t)out_row * p.ldc + col;
+          if (vec) {
+            *reinterpret_cast<uint4*>(dst) = v;
+          } else {
+            const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) dst[i] = e[i];
+          }
+        }
+      }
     }
   }
 
@@ -435,7 +500,7 @@ struct WgmmaTile {
       if (s > 0) release(sm, (s - 1) % STAGES);
     }
     drain(acc, afrag);
-    store(p, acc, blockIdx.x, sm.out_row);
+    store(p, sm, acc, blockIdx.x, sm.out_row);
   }
 };
 

@@ -3,21 +3,25 @@
 //   kContiguousRows    DeepGEMM form: m_indices[row] = expert, -1 on padding rows; each expert's
 //                      segment starts on a multiple of the tile (the 128-row alignment, kTok | 128).
 //   kContiguousOffsets vLLM form: rows [expert_offsets[e], expert_offsets[e+1]) belong to e, no
-//                      alignment; CTA y takes the y-th tile of the per-expert tile sequence.
+//                      alignment; row tile y is the y-th of the per-expert tile sequence.
 //   kMasked            rows [e*max_m, e*max_m + min(masked_m[e], max_m)) belong to e; rows past
 //                      masked_m are neither read nor written.
 // out[row] = a[row] @ dequant(W[expert])^T (same row in and out). Kernels, as in the indexed
 // family: GroupedMmaStreamK (the mma tile on persistent stream-K CTAs, decode and mid batch, up to
-// 32 rows), GroupedWgmma (common/w4a16_wgmma_tile.cuh, 17-128 rows, one CTA per tile; tiles of 56
-// and 96 rows for the offsets and masked forms only) and GroupedWgmmaStreamK (the wgmma tile on
-// persistent stream-K CTAs); BLOCK_K is the packed weight's (64 contiguous, 128 masked).
+// 32 rows), GroupedWgmma (common/w4a16_wgmma_tile.cuh, 17-128 rows; with 2 consumer warpgroups
+// whole tiles on at most one CTA an SM, common/w4a16_wgmma_tiles.cuh, with 4 one CTA per tile;
+// tiles of 56 and 96 rows for the offsets and masked forms only) and GroupedWgmmaStreamK (the wgmma tile on persistent stream-K CTAs); BLOCK_K is the
+// packed weight's (64 contiguous, 128 masked).
 #pragma once
+
+#include <type_traits>
 
 #include "common/moe_params.cuh"
 #include "common/w4a16_mma_streamk.cuh"
 #include "common/w4a16_mma_tile.cuh"
 #include "common/w4a16_wgmma_streamk.cuh"
 #include "common/w4a16_wgmma_tile.cuh"
+#include "common/w4a16_wgmma_tiles.cuh"
 
 namespace chord {
 
@@ -79,6 +83,8 @@ __device__ int count_tiles_in_warp(const MoeParams& p) {
   return total;
 }
 
+// One CTA per tile (the 4-warpgroup wgmma tile, whose registers leave no room for a tile loop):
+// CTA y locates row tile y itself.
 template <int ROUTING, class Tile>
 struct GroupedRows {
   static constexpr int kTok = Tile::kTok;
@@ -168,7 +174,10 @@ struct GroupedMmaStreamK
 template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K>
 struct GroupedWgmmaStreamK : WgmmaStreamK<WM, BN, STAGES, BLOCK_K, GroupedRowTiles<ROUTING>::template Of> {};
 
+// 2 consumer warpgroups: whole tiles on at most one CTA an SM; 4: one CTA per tile.
 template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K, int CWG>
-struct GroupedWgmma : GroupedRows<ROUTING, WgmmaTile<WM, BN, STAGES, BLOCK_K, CWG>> {};
+struct GroupedWgmma
+    : std::conditional_t<CWG == 2, WgmmaTiles<WM, BN, STAGES, BLOCK_K, GroupedRowTiles<ROUTING>::template Of, CWG>,
+                         GroupedRows<ROUTING, WgmmaTile<WM, BN, STAGES, BLOCK_K, CWG>>> {};
 
 }  // namespace chord

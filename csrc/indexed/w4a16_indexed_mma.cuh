@@ -7,15 +7,20 @@
 //   IndexedMma         common/w4a16_mma_tile.cuh, mma.sync, up to 64 rows, one CTA per tile
 //   IndexedMmaStreamK  the same tile on persistent CTAs with stream-K (common/w4a16_mma_streamk.cuh;
 //                      decode: no per-tile pipeline restart, no partly empty last wave)
-//   IndexedWgmma       common/w4a16_wgmma_tile.cuh, wgmma, 16-128 rows, one CTA per tile
+//   IndexedWgmma       common/w4a16_wgmma_tile.cuh, wgmma, 16-128 rows; with 2 consumer warpgroups
+//                      whole tiles on at most one CTA an SM (common/w4a16_wgmma_tiles.cuh: the grid
+//                      does not grow with the over-allocated routing buffers), with 4 one per tile
 //   IndexedWgmmaStreamK the wgmma tile on persistent stream-K CTAs (common/w4a16_wgmma_streamk.cuh)
 #pragma once
+
+#include <type_traits>
 
 #include "common/moe_params.cuh"
 #include "common/w4a16_mma_streamk.cuh"
 #include "common/w4a16_mma_tile.cuh"
 #include "common/w4a16_wgmma_streamk.cuh"
 #include "common/w4a16_wgmma_tile.cuh"
+#include "common/w4a16_wgmma_tiles.cuh"
 
 namespace chord {
 
@@ -75,7 +80,10 @@ struct IndexedMma : IndexedRows<MmaTile<NT, TT, STAGE_K, STAGES, kIndexedBlockK>
 template <int WM, int BN, int STAGES, int CWG>
 struct IndexedWgmmaStreamK : WgmmaStreamK<WM, BN, STAGES, kIndexedBlockK, IndexedRowTiles, CWG> {};
 
+// 2 consumer warpgroups: whole tiles on at most one CTA an SM; 4 (no registers for the loop):
+// one CTA per tile.
 template <int WM, int BN, int STAGES, int CWG>
-struct IndexedWgmma : IndexedRows<WgmmaTile<WM, BN, STAGES, kIndexedBlockK, CWG>> {};
+struct IndexedWgmma : std::conditional_t<CWG == 2, WgmmaTiles<WM, BN, STAGES, kIndexedBlockK, IndexedRowTiles, CWG>,
+                                         IndexedRows<WgmmaTile<WM, BN, STAGES, kIndexedBlockK, CWG>>> {};
 
 }  // namespace chord

@@ -163,6 +163,9 @@ class Launch:
     # over iterations of this many K columns.
     partial_floats: int = 0
     iteration_k: int = 0
+    # Whole tiles looped over by at most the resident CTAs (csrc/common/w4a16_wgmma_tiles.cuh):
+    # the grid below is only the bound the loop may need, never launched as such.
+    tile_loop: bool = False
 
     @property
     def persistent(self) -> bool:
@@ -266,10 +269,12 @@ def indexed_mma(nt: int, tt: int, stage_k: int, stages: int = 3, arch: str = DEF
 def wgmma_smem_bytes(wm: int, bn: int, stages: int, cwg: int = 2) -> int:
     """sizeof(WgmmaTile::Smem): per stage the swizzled activation rows (128 bytes each), the
     4*CWG consumer warps' weight chunks (WM x 512 bytes each), the CTA rows' two scale groups, the
-    stream-K schedule's row ids and two mbarriers (full, empty); then two int32 row indices per
-    row and the stream-K finisher flag (the struct pads to 16 bytes)."""
+    stream-K schedule's row ids and two mbarriers (full, empty); then the epilogue's staging rows
+    (with 2 consumer warpgroups: BN rows of 64 + 8 BF16 each per warpgroup; else one row), two
+    int32 row indices per row and the stream-K finisher flag (the struct pads to 16 bytes)."""
     rows = cwg * 64 * wm
-    return stages * (bn * 128 + 4 * cwg * wm * 512 + 2 * rows * 2 + bn * 4 + 16) + bn * 2 * 4 + 16
+    out_stage = (cwg * bn if cwg == 2 else 1) * (64 + 8) * 2
+    return stages * (bn * 128 + 4 * cwg * wm * 512 + 2 * rows * 2 + bn * 4 + 16) + out_stage + bn * 2 * 4 + 16
 
 
 WGMMA_STAGE_K = 64  # K columns per ring stage of the wgmma tile (one 128-byte swizzle row)
@@ -288,11 +293,12 @@ def wgmma_launch(family: str, header: str, body: str, template_args: tuple, wm: 
     """A wgmma tile (csrc/common/w4a16_wgmma_tile.cuh) launch: a producer warpgroup and ``cwg``
     consumer warpgroups x ``wm`` m64 weight tiles, ``bn`` rows on WGMMA-N; one CTA per SM (its
     ring fills shared memory; with 2 consumer warpgroups they take 216 registers a thread, 200 on
-    the stream-K schedule; with 4, 104 and 96)."""
+    the stream-K schedule; with 4, 104 and 96). With 2 consumer warpgroups each CTA loops over
+    whole tiles (csrc/common/w4a16_wgmma_tiles.cuh), with 4 it is one CTA per tile."""
     spec = KernelSpec(family=family, header=header, body=body, params_type="chord::MoeParams",
                       template_args=template_args, threads=wgmma_threads(cwg), min_blocks_per_sm=1, arch=arch)
     return Launch(spec, rows_per_cta=bn, cols_per_cta=cwg * 64 * wm,
-                  smem_bytes=wgmma_smem_bytes(wm, bn, stages, cwg))
+                  smem_bytes=wgmma_smem_bytes(wm, bn, stages, cwg), tile_loop=cwg == 2)
 
 
 def wgmma_streamk_launch(family: str, header: str, body: str, template_args: tuple, wm: int, bn: int, stages: int,
@@ -300,11 +306,11 @@ def wgmma_streamk_launch(family: str, header: str, body: str, template_args: tup
     """The wgmma tile on the stream-K schedule (csrc/common/w4a16_wgmma_streamk.cuh): persistent
     CTAs, each with two FP32 partial slots of 128*CWG consumer threads x WM*BN/2 accumulators."""
     launch = wgmma_launch(family, header, body, template_args, wm, bn, stages, arch, cwg)
-    return replace(launch, partial_floats=2 * 128 * cwg * wm * bn // 2, iteration_k=WGMMA_STAGE_K)
+    return replace(launch, partial_floats=2 * 128 * cwg * wm * bn // 2, iteration_k=WGMMA_STAGE_K, tile_loop=False)
 
 
 def indexed_wgmma(wm: int, bn: int, stages: int, arch: str = DEFAULT_ARCH, cwg: int = 2) -> Launch:
-    """Indexed routing on the wgmma tile, one CTA per tile."""
+    """Indexed routing on the wgmma tile, whole tiles on at most one CTA an SM."""
     return wgmma_launch("indexed_wgmma", "indexed/w4a16_indexed_mma.cuh", "chord::IndexedWgmma",
                         (("WM", wm), ("BN", bn), ("STAGES", stages), ("CWG", cwg)), wm, bn, stages, arch, cwg)
 

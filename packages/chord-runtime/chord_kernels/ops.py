@@ -93,7 +93,8 @@ def _load(launch: Launch, device: torch.device) -> LoadedKernel:
     return load_kernel(launch.spec, _device_index(device), launch.smem_bytes)
 
 
-# Stream-K scratch per device: FP32 partials and the zeroed locks. Kernels leave the locks zero,
+# Stream-K scratch per device: FP32 partials and the zeroed locks (also the tile loop's two
+# counters). Kernels leave the locks zero,
 # so one pair serves every call on the device; like vLLM's `locks` for Humming, it assumes MoE
 # GEMMs on one device do not run concurrently on two streams. Buffers only grow, and the old
 # ones stay alive: plans keep raw pointers.
@@ -102,9 +103,18 @@ _streamk_buffers: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
 
 def _launch_grid(kernel: LoadedKernel, launch: Launch, device: torch.device, k: int, tiled: tuple[int, int, int],
                  what: str) -> tuple[tuple[int, int, int], tuple[int, int]]:
-    """(grid, (workspace, locks)): a stream-K launch's persistent grid and scratch, or the
-    one-CTA-per-tile grid (checked against CUDA's limits) and no scratch. ``tiled`` is the
+    """(grid, (workspace, locks)): a stream-K launch's persistent grid and scratch, a tile loop's
+    grid (the resident CTAs, or fewer when the buffers hold fewer tiles) and tile counter (the
+    locks), or the one-CTA-per-tile grid (checked against CUDA's limits) and no scratch. ``tiled`` is the
     one-CTA-per-tile grid: (column tiles, row tiles the buffers can hold)."""
+    if launch.tile_loop:
+        # the kernel counts (row tile, column tile) pairs in int32, and its claim counter runs one
+        # past the last tile per CTA
+        resident = _resident_ctas(kernel, launch, device)
+        tiles = tiled[0] * tiled[1]
+        _require(tiles + resident < 2**31, f"{what}: up to {tiles} tiles, over 2^31: not supported")
+        # its counters (next tile, CTAs done) are the stream-K locks' first two
+        return (max(1, min(tiles, resident)), 1, 1), (0, _streamk_scratch(launch, device, 2)[1])
     if launch.persistent:
         # the kernel counts (row tile, column tile, K stage) iterations in int32
         iterations = tiled[0] * tiled[1] * (k // launch.iteration_k)
@@ -128,7 +138,7 @@ def _streamk_scratch(launch: Launch, device: torch.device, num_ctas: int) -> tup
     floats, ctas = (kept[-1][0].numel(), kept[-1][1].numel()) if kept else (0, 0)
     if floats < num_ctas * launch.partial_floats or ctas < num_ctas:
         _require(device.type != "cuda" or not torch.cuda.is_current_stream_capturing(),
-                 "a stream-K call that needs more scratch cannot be the first inside CUDA-graph capture "
+                 "a stream-K or tile-loop call that needs more scratch cannot be the first inside CUDA-graph capture "
                  "(the scratch is allocated then): run the call once eagerly first, as vLLM's warmup does")
         kept.append((torch.empty(max(floats, num_ctas * launch.partial_floats), dtype=torch.float32, device=device),
                      torch.zeros(max(ctas, num_ctas), dtype=torch.int32, device=device)))
