@@ -168,6 +168,35 @@ def test_graph_capture_counts_change_between_replays():
         check(out_c[:total], ref_rows(a, codes, scale, torch.arange(total, device="cuda"), experts))
 
 
+def test_tile_loop_graph_replays_and_counters_left_zero():
+    """Prefill-sized contiguous-offsets calls run the wgmma tile loop (tiles claimed from the
+    zeroed stream-K locks, re-zeroed by the last CTA): graph replays with the counts changed stay
+    correct and leave the counters zero. EP32 down, ~200 rows an expert in a buffer 4x taller."""
+    from chord_kernels import ops
+
+    e, n, k = SHAPES["ep32_down"]
+    codes, scale, packed = weights(e, n, k, "contiguous", seed=7)
+    rows = 4 * 200 * e
+    a = torch.randn(rows, k, device="cuda").to(torch.bfloat16)
+    offsets = torch.zeros(e + 1, dtype=torch.int64, device="cuda")
+    out = torch.empty(rows, n, dtype=torch.bfloat16, device="cuda")
+    contiguous_offsets(a, packed, offsets, out, expected_m=200)  # warm up: compile + load
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        contiguous_offsets(a, packed, offsets, out, expected_m=200)
+    locks = ops._streamk_buffers[torch.cuda.current_device()][-1][1]
+    for seed in (8, 9, 10):
+        counts = counts_for(e, 200 * e, skew=seed != 8, seed=seed)
+        offsets.copy_(routing.counts_to_offsets(counts.to(torch.int32)))
+        out.fill_(POISON)
+        graph.replay()
+        torch.cuda.synchronize()
+        total = int(counts.sum())
+        experts = torch.repeat_interleave(torch.arange(e), counts).cuda()
+        check(out[:total], ref_rows(a, codes, scale, torch.arange(total, device="cuda"), experts))
+        assert not locks.any(), "a tile-loop launch left its counters non-zero"
+
+
 def test_streamk_decode_deterministic_and_locks_left_zero():
     """Decode-sized grouped calls run on the stream-K schedule (tiles split over CTAs, summed in
     a fixed order): the same inputs give the same bits, and each launch re-zeroes its locks."""

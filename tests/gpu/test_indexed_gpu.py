@@ -202,6 +202,37 @@ def test_cuda_graph_capture_with_routing_changed_between_replays():
         check_against_reference(problem, out, s, e, n, block_m)
 
 
+def test_tile_loop_graph_replays_and_counters_left_zero(monkeypatch):
+    """The wgmma tile with 2 consumer warpgroups runs on at most the resident CTAs, each claiming
+    tiles from a device counter (the stream-K locks) that the last CTA zeroes: graph replays with
+    the routing changed between them stay correct, and every launch leaves the counters zero.
+    EP8 down at 128-row blocks: 28 column tiles a block, more tiles than resident CTAs."""
+    from chord_kernels import ops
+
+    monkeypatch.setenv("CHORD_W4A16_INDEXED_KERNEL", "wgmma")
+    block_m = 128
+    problem = make_problem("ep8_down", 384, seed=21)
+    s, e, n = align(problem, block_m, garbage_tail=False)
+    static = [t.clone() for t in (s, e, n)]
+    out = torch.full((problem.a.shape[0], problem.packed.n), POISON, dtype=torch.bfloat16, device="cuda")
+    indexed(problem.a, problem.packed, *static, problem.top_k, block_m, out)  # warm up: compile + load
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        indexed(problem.a, problem.packed, *static, problem.top_k, block_m, out)
+    locks = ops._streamk_buffers[torch.cuda.current_device()][-1][1]
+    for seed in (22, 23, 24):
+        other = make_problem("ep8_down", 384, skew=seed != 22, seed=seed)
+        problem.topk_ids.copy_(other.topk_ids)
+        s, e, n = align(problem, block_m, seed=seed)
+        for dst, src in zip(static, (s, e, n), strict=True):
+            dst.copy_(src)
+        out.fill_(POISON)
+        graph.replay()
+        torch.cuda.synchronize()
+        check_against_reference(problem, out, s, e, n, block_m)
+        assert not locks.any(), "a tile-loop launch left its counters non-zero"
+
+
 def test_wrong_mode_is_an_error():
     problem = make_problem("tp8_down", 2, seed=1)
     codes, scale = layouts.unpack_w4a16(problem.packed.to("cpu"))
