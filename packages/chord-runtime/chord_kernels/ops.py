@@ -77,8 +77,6 @@ def _check_operands(a_shape, a_stride, a_dtype, k: int, out_shape, out_stride, o
     _require(out_shape[0] >= rows and out_shape[1] == n, f"out has shape {out_shape}, needs at least [{rows}, {n}]")
 
 
-
-
 MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (the kernels map row tiles to y)
 
 
