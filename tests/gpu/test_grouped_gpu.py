@@ -100,6 +100,26 @@ def test_contiguous_offsets_unaligned(shape, total, skew):
     assert torch.isnan(out[total:].float()).all(), "a row past expert_offsets[-1] was written"
 
 
+@pytest.mark.parametrize("total", [37, 4000])
+def test_output_rows_not_16_byte_aligned(total):
+    """An out view whose rows are not 16-byte aligned (row stride N + 12, start 8 bytes in): the
+    staged epilogues fall back to 2-byte stores (decode: the mma tile; prefill: the wgmma tile);
+    nothing lands outside the view."""
+    e, n, k = SHAPES["ep8_down"]
+    codes, scale, packed = weights(e, n, k, "contiguous", seed=5)
+    counts = counts_for(e, total, True, seed=total + 2)
+    offsets = routing.counts_to_offsets(counts.to(torch.int32)).cuda()
+    a = torch.randn(total, k, device="cuda").to(torch.bfloat16)
+    big = torch.full((total, n + 12), POISON, dtype=torch.bfloat16, device="cuda")
+    out = big[:, 4:4 + n]
+    contiguous_offsets(a, packed, offsets, out, expected_m=max(1, total // e))
+    torch.cuda.synchronize()
+    experts = torch.repeat_interleave(torch.arange(e), counts).cuda()
+    check(out, ref_rows(a, codes, scale, torch.arange(total, device="cuda"), experts))
+    assert torch.isnan(big[:, :4].float()).all() and torch.isnan(big[:, 4 + n:].float()).all(), \
+        "a store landed outside the out view's columns"
+
+
 @pytest.mark.parametrize("shape", ["ep8_gate_up", "ep32_down", "small"])
 @pytest.mark.parametrize("expected_m", [1, 9, 40, 500])  # far below and far above the truth
 @pytest.mark.parametrize("three_d", [False, True])
