@@ -34,9 +34,10 @@ struct WgmmaTiles {
   static constexpr int kStagesPerStep = Tile::kBlockPairs ? 2 : 1;  // see Tile::weight_chunk
   static constexpr int kOutRowsBarrier = 2;  // named barrier of the consumers (1: stream-K fix-up)
   static constexpr int kClaimBarrier = 3;    // of the producer warpgroup: its claim is in shared memory
-  // The loop's state costs the producer registers: at the one-tile split (72/216) it spilled,
-  // at BLOCK_K 128 (stage pairs) even at 88/208. With 4 consumer warpgroups (96 registers a
-  // thread) neither role has any to give: those tiles keep one CTA per tile.
+  // The loop's state costs the producer registers: at the one-tile split (72/216) some tiles
+  // spill 4-16 bytes, and 72/216 measured slower everywhere (indexed-kernels.md v16); BLOCK_K 128
+  // (stage pairs) spilled even at 88/208. With 4 consumer warpgroups (96 registers a thread)
+  // neither role has any to give: those tiles keep one CTA per tile.
   static_assert(CWG == 2, "the tile loop runs 2 consumer warpgroups");
   static constexpr int kProducerRegs = BLOCK_K == 64 ? 88 : 104;
   static constexpr int kConsumerRegs = BLOCK_K == 64 ? 208 : 200;
