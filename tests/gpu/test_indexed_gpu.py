@@ -180,26 +180,34 @@ def test_four_consumer_warpgroups(kernel_family, tuning, monkeypatch):
         torch.testing.assert_close(out.cpu().float(), ref.float(), rtol=2e-2, atol=2e-2)
 
 
-def test_cuda_graph_capture_with_routing_changed_between_replays():
-    block_m = 16
-    problem = make_problem("tp8_gate_up", 24, seed=12)
+def replay_with_routing_changed(shape, tokens, block_m, seed, replays, after_each=lambda: None):
+    """Capture one indexed call in a CUDA graph, then for each (seed, skew) in ``replays`` copy a
+    fresh routing into the captured buffers, replay, check against the reference and call
+    ``after_each``."""
+    problem = make_problem(shape, tokens, seed=seed)
     s, e, n = align(problem, block_m, garbage_tail=False)
     static = [t.clone() for t in (s, e, n)]
-    out = torch.full((24 * 8, problem.packed.n), POISON, dtype=torch.bfloat16, device="cuda")
+    out = torch.full((problem.a.shape[0] * problem.top_k, problem.packed.n), POISON, dtype=torch.bfloat16,
+                     device="cuda")
     indexed(problem.a, problem.packed, *static, problem.top_k, block_m, out)  # warm up: compile + load
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         indexed(problem.a, problem.packed, *static, problem.top_k, block_m, out)
-    for seed in (13, 14, 15):
-        other = make_problem("tp8_gate_up", 24, skew=True, seed=seed)
+    for other_seed, skew in replays:
+        other = make_problem(shape, tokens, skew=skew, seed=other_seed)
         problem.topk_ids.copy_(other.topk_ids)
-        s, e, n = align(problem, block_m, seed=seed)
+        s, e, n = align(problem, block_m, seed=other_seed)
         for dst, src in zip(static, (s, e, n), strict=True):
             dst.copy_(src)
         out.fill_(POISON)
         graph.replay()
         torch.cuda.synchronize()
         check_against_reference(problem, out, s, e, n, block_m)
+        after_each()
+
+
+def test_cuda_graph_capture_with_routing_changed_between_replays():
+    replay_with_routing_changed("tp8_gate_up", 24, 16, 12, [(13, True), (14, True), (15, True)])
 
 
 @pytest.mark.parametrize("shape,tokens", [("tp8_down", 64), ("ep8_down", 256)])
@@ -228,27 +236,12 @@ def test_tile_loop_graph_replays_and_counters_left_zero(kernel_family):
 
     if kernel_family != "wgmma":
         pytest.skip("one family: the wgmma tile")
-    block_m = 128
-    problem = make_problem("ep8_down", 384, seed=21)
-    s, e, n = align(problem, block_m, garbage_tail=False)
-    static = [t.clone() for t in (s, e, n)]
-    out = torch.full((problem.a.shape[0], problem.packed.n), POISON, dtype=torch.bfloat16, device="cuda")
-    indexed(problem.a, problem.packed, *static, problem.top_k, block_m, out)  # warm up: compile + load
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        indexed(problem.a, problem.packed, *static, problem.top_k, block_m, out)
-    locks = ops._streamk_buffers[torch.cuda.current_device()][-1][1]
-    for seed in (22, 23, 24):
-        other = make_problem("ep8_down", 384, skew=seed != 22, seed=seed)
-        problem.topk_ids.copy_(other.topk_ids)
-        s, e, n = align(problem, block_m, seed=seed)
-        for dst, src in zip(static, (s, e, n), strict=True):
-            dst.copy_(src)
-        out.fill_(POISON)
-        graph.replay()
-        torch.cuda.synchronize()
-        check_against_reference(problem, out, s, e, n, block_m)
-        assert not locks.any(), "a tile-loop launch left its counters non-zero"
+    # warm-up allocated the locks: the newest pair is the one the captured launch uses
+    def counters_zero():
+        assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), \
+            "a tile-loop launch left its counters non-zero"
+
+    replay_with_routing_changed("ep8_down", 384, 128, 21, [(22, False), (23, True), (24, True)], counters_zero)
 
 
 def test_wrong_mode_is_an_error():
