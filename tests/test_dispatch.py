@@ -151,8 +151,13 @@ def test_smem_bytes_mirror_the_kernel_struct():
     # MmaTile::Smem = STAGES x (weights [4 blocks][4 warps][NT][32 lanes] x 16 B, scales
     # [8 groups][64*NT rows] bf16, activations [64 rows][256+8] bf16) + 2 x 64 int32 row indices.
     launch = dispatch.indexed_mma(nt=1, tt=8, stage_k=256, stages=3)
-    # Plus, for the stream-K schedule, [STAGES][64] int32 row ids and a flag (padded to 16 B).
-    assert launch.smem_bytes == 3 * (4 * 4 * 1 * 32 * 16 + 8 * 64 * 2 + 64 * 264 * 2 + 64 * 4) + 2 * 64 * 4 + 16
+    # Plus, for the stream-K schedule, [STAGES][64] int32 row ids and a flag (padded to 16 B);
+    # the epilogue's staging tile is 16 bytes at 64 rows (TT 8: not staged).
+    assert launch.smem_bytes == 3 * (4 * 4 * 1 * 32 * 16 + 8 * 64 * 2 + 64 * 264 * 2 + 64 * 4) + 16 + 2 * 64 * 4 + 16
+    # Up to 32 rows it stages: + rows x (64 NT + 8) BF16.
+    small = dispatch.indexed_mma(nt=2, tt=4, stage_k=256, stages=3)
+    assert small.smem_bytes == (3 * (4 * 4 * 2 * 32 * 16 + 8 * 128 * 2 + 32 * 264 * 2 + 32 * 4) + 32 * 136 * 2
+                                + 2 * 32 * 4 + 16)
     # The kernel checks it on the device (a trap); the host derives CTAs per SM from it (and
     # from the register estimate).
     assert launch.spec.min_blocks_per_sm == 227 * 1024 // (launch.smem_bytes + 1024)

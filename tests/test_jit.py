@@ -143,21 +143,38 @@ def test_no_register_spills_in_any_reachable_kernel(tmp_path):
     assert not serialized, f"kernels whose wgmma pipeline ptxas serialized: {serialized}"
 
 
+def _struct_sizes(tmp_path, header: str, types: list[str]) -> list[int]:
+    """sizeof(T) for each type T, as nvcc's host compiler sees the header (no GPU needed)."""
+    nvcc = real_nvcc()
+    prints = "\n".join(f'  std::printf("%zu\\n", sizeof({t}));' for t in types)
+    src = tmp_path / "smem_size.cu"
+    src.write_text(f'#include <cstdio>\n#include "{header}"\nint main() {{\n{prints}\n}}\n')
+    exe = tmp_path / "smem_size"
+    subprocess.run([nvcc, "-std=c++17", "-arch=sm_90a", f"-I{csrc_dir()}", str(src), "-o", str(exe)], check=True,
+                   capture_output=True)
+    return [int(line) for line in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()]
+
+
 def test_wgmma_smem_bytes_is_the_struct_size(tmp_path):
     """The host's shared-memory size for the wgmma tile (the launch's dynamic smem, and the
     kernel traps if it is smaller) equals sizeof(WgmmaTile::Smem), for every BN, both stage
-    parities and both consumer warpgroup counts (host-side sizeof through nvcc: no GPU needed)."""
-    nvcc = real_nvcc()
+    parities and both consumer warpgroup counts."""
     from chord_kernels.dispatch import WGMMA_BN_CHOICES, wgmma_smem_bytes
 
     configs = [(wm, bn, stages, cwg) for wm in (1, 2) for bn in WGMMA_BN_CHOICES for stages in (5, 6, 8)
                for cwg in (2, 4) if cwg == 2 or wm * bn <= 64]
-    prints = "\n".join(f'  std::printf("%zu\\n", sizeof(chord::WgmmaTile<{wm}, {bn}, {st}, 64, {cwg}>::Smem));'
-                       for wm, bn, st, cwg in configs)
-    src = tmp_path / "smem_size.cu"
-    src.write_text(f'#include <cstdio>\n#include "common/w4a16_wgmma_tile.cuh"\nint main() {{\n{prints}\n}}\n')
-    exe = tmp_path / "smem_size"
-    subprocess.run([nvcc, "-std=c++17", "-arch=sm_90a", f"-I{csrc_dir()}", str(src), "-o", str(exe)], check=True,
-                   capture_output=True)
-    sizes = [int(line) for line in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()]
+    sizes = _struct_sizes(tmp_path, "common/w4a16_wgmma_tile.cuh",
+                          [f"chord::WgmmaTile<{wm}, {bn}, {st}, 64, {cwg}>::Smem" for wm, bn, st, cwg in configs])
     assert sizes == [wgmma_smem_bytes(*cfg) for cfg in configs]
+
+
+def test_mma_smem_bytes_is_the_struct_size(tmp_path):
+    """The same for the mma tile: mma_smem_bytes equals sizeof(MmaTile::Smem) over its weight
+    tiles, row tiles, stage widths, ring depths and both packed BLOCK_Ks."""
+    from chord_kernels.dispatch import mma_smem_bytes
+
+    configs = [(nt, tt, stage_k, stages, block_k) for nt in (1, 2, 4) for tt in (1, 2, 4, 8)
+               for stage_k in (64, 128, 256) for stages in (3, 4) for block_k in (64, 128) if stage_k % block_k == 0]
+    sizes = _struct_sizes(tmp_path, "common/w4a16_mma_tile.cuh",
+                          [f"chord::MmaTile<{nt}, {tt}, {sk}, {st}, {bk}>::Smem" for nt, tt, sk, st, bk in configs])
+    assert sizes == [mma_smem_bytes(nt, tt, sk, st) for nt, tt, sk, st, _ in configs]

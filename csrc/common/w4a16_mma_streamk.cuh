@@ -35,7 +35,7 @@ struct MmaStreamK {
   __device__ static void finish_tile(const MoeParams& p, Smem& sm, const float (&acc)[NT][TT][4], int first,
                                      const StreamKWork& w, int row0, const int32_t* routes) {
     if (w.owns(first)) {
-      Tile::store(p, acc, row0, routes);
+      Tile::store(p, sm, acc, row0, routes);
       return;
     }
     if (!Fixup::contribute(p, w, &acc[0][0][0], first, threadIdx.x, &sm.finisher, [] { __syncthreads(); })) return;

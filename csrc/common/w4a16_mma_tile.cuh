@@ -16,6 +16,7 @@
 
 #include "common/mma_sm80.cuh"
 #include "common/moe_params.cuh"
+#include "common/staged_store.cuh"
 #include "common/w4a16_fragment.cuh"
 
 namespace chord {
@@ -30,6 +31,10 @@ struct MmaTile {
   static constexpr int kSubsPerStage = STAGE_K / kSubK;
   static constexpr int kGroupsPerStage = STAGE_K / kGroupSize;
   static constexpr int kActStride = STAGE_K + 8;  // +16 B: ldmatrix rows hit distinct banks
+  // The epilogue through shared memory (store) up to 32 rows: at 64 (TT 8, the family override's
+  // mma tile at 64-row blocks) the staging tile would cost a CTA an SM.
+  static constexpr bool kStagedEpilogue = TT <= 4;
+  static constexpr int kOutStageStride = kStagedEpilogue ? kRows + 8 : 8;  // +16 B: stmatrix rows hit distinct banks
   static_assert(STAGE_K % kSubK == 0, "STAGE_K must be a multiple of 64");
   static_assert(BLOCK_K % kSubK == 0, "the packed BLOCK_K must be a multiple of 64");
   // Each stage's weights are whole packed K blocks, copied as they lie in memory (see Smem).
@@ -52,6 +57,7 @@ struct MmaTile {
     uint4 w[STAGES][kBlocksPerStage][kWarps][NT][32 * kSubsPerBlock];
     __nv_bfloat16 scale[STAGES][kGroupsPerStage][kRows];
     __nv_bfloat16 act[STAGES][kTok][kActStride];
+    __nv_bfloat16 out_stage[kStagedEpilogue ? kTok : 1][kOutStageStride];  // the epilogue's tile (store)
     int32_t a_row[kTok];
     int32_t out_row[kTok];
     // Stream-K schedule only (common/w4a16_mma_streamk.cuh): each ring slot's tile rows (route
@@ -182,13 +188,33 @@ struct MmaTile {
     }
   }
 
-  __device__ static void store(const MoeParams& p, const float (&acc)[NT][TT][4], int row0, const int32_t* out_rows) {
+  // The tile's outputs to out[out_rows[r], row0 + the CTA's columns], rows -1 skipped; up to 32
+  // rows through sm.out_stage (why: common/staged_store.cuh): each warp stages its columns, then
+  // the CTA writes 16-byte row pieces. All threads call it. One barrier: the stage is free on
+  // entry (a CTA stores once, or, on the stream-K schedule, after at least one loop barrier since
+  // the last tile's store read it).
+  __device__ static void store(const MoeParams& p, Smem& sm, const float (&acc)[NT][TT][4], int row0,
+                               const int32_t* out_rows) {
+    if constexpr (kStagedEpilogue) {
+      const int warp = threadIdx.x / 32;
 #pragma unroll
-    for (int t = 0; t < NT; ++t)
+      for (int t = 0; t < NT; ++t)
 #pragma unroll
-      for (int tt = 0; tt < TT; ++tt)
-        store4(p, row0, out_rows, t * TT + tt, make_float4(acc[t][tt][0], acc[t][tt][1], acc[t][tt][2], acc[t][tt][3]));
+        for (int tt = 0; tt < TT; ++tt)
+          stage_accumulators(sm.out_stage, 8 * tt, (warp * NT + t) * kTile, acc[t][tt]);
+      __syncthreads();
+      store_staged_rows<kTok, kRows, kOutStageStride, kThreads>(p, sm.out_stage, out_rows, row0, threadIdx.x,
+                                                                out_rows_vectorizable(p));
+    } else {
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int tt = 0; tt < TT; ++tt)
+          store4(p, row0, out_rows, t * TT + tt, make_float4(acc[t][tt][0], acc[t][tt][1], acc[t][tt][2], acc[t][tt][3]));
+    }
   }
+
+
 
   // One tile, non-persistent: requires sm.a_row / sm.out_row filled and a barrier after it.
   __device__ static void run(const MoeParams& p, Smem& sm, int expert) {
@@ -224,7 +250,7 @@ struct MmaTile {
       mma_stage(sm, s % STAGES, acc);
     }
     cp_async_wait<0>();
-    store(p, acc, row0, sm.out_row);
+    store(p, sm, acc, row0, sm.out_row);
   }
 };
 

@@ -25,6 +25,7 @@
 #include "common/mbarrier_sm90.cuh"
 #include "common/mma_sm80.cuh"
 #include "common/moe_params.cuh"
+#include "common/staged_store.cuh"
 #include "common/w4a16_fragment.cuh"
 #include "common/wgmma_sm90.cuh"
 
@@ -442,52 +443,27 @@ struct WgmmaTile {
     }
   }
 
-  // Why staged: stored straight from the fragment, a thread holds columns g and g + 8 of a row
-  // (the swapped D layout), so every 16 output columns of a row take two 2-byte stores a lane
-  // and two half-written sectors, each under its own row check (ncu, TP8 T=2048 down: 8x the
-  // store instructions and 2x the L2 write sectors of Humming, which stages through shared
-  // memory; docs/design/indexed-kernels.md v15). Here each warpgroup, per m64 tile: stmatrix
-  // .trans of its BN x 64 outputs into its staging rows (BF16, rounded as before), then 16-byte
-  // row pieces to global memory, 8 threads a row. Two barriers of the warpgroup per m64 tile: the
-  // staging rows are free (the last pass read them) and written.
+  // Each warpgroup, per m64 tile: its BN x 64 outputs into its own staging rows (why staged:
+  // common/staged_store.cuh), then 16-byte row pieces to global memory, 8 threads a row. Two
+  // barriers of the warpgroup per m64 tile: the staging rows are free (the last pass read them)
+  // and written.
   __device__ __forceinline__ static void store_staged(const MoeParams& p, Smem& sm, const Acc& acc, int col_tile,
                                                       const int32_t* out_rows, int ctid) {
-    const int cwg = ctid / 128, wt = ctid % 128, warp = wt / 32, lane = wt % 32;
+    const int cwg = ctid / 128, wt = ctid % 128, warp = wt / 32;
     __nv_bfloat16(*stage)[kOutStageStride] = sm.out_stage[cwg];
     const int barrier = 4 + cwg;  // 0: __syncthreads, 1: stream-K fix-up, 2: the tile loop's out rows, 3 spare
-    // 16-byte vector stores need the row starts 16-byte aligned (vLLM's outputs are)
-    const bool vec = p.ldc % 8 == 0 && (reinterpret_cast<uintptr_t>(p.out) & 15) == 0;
+    const bool vec = out_rows_vectorizable(p);
 #pragma unroll
     for (int m = 0; m < WM; ++m) {
       named_barrier_sync<128>(barrier);
 #pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {  // rows 8j..8j+7; matrix 0: columns 16 warp + 0..7, matrix 1: + 8..15
-        const float* a = &acc[m][4 * j];
-        const __nv_bfloat162 lo = __floats2bfloat162_rn(a[0], a[1]), hi = __floats2bfloat162_rn(a[2], a[3]);
-        const int r = lane % 16;
-        stmatrix_x2_trans(&stage[8 * j + r % 8][16 * warp + 8 * (r / 8)], reinterpret_cast<const uint32_t&>(lo),
-                          reinterpret_cast<const uint32_t&>(hi));
-      }
+      for (int j = 0; j < BN / 8; ++j) stage_accumulators(stage, 8 * j, 16 * warp, &acc[m][4 * j]);  // rows 8j..8j+7
       named_barrier_sync<128>(barrier);
-      const int col = col_tile * kRows + (cwg * WM + m) * 64 + (wt % 8) * 8;  // this thread's 8 columns
-      if (col < p.n) {  // N is a multiple of 16: an 8-column piece is wholly in or out
-#pragma unroll
-        for (int row = wt / 8; row < BN; row += 16) {
-          const int out_row = out_rows[row];
-          if (out_row < 0) continue;
-          const uint4 v = *reinterpret_cast<const uint4*>(&stage[row][(wt % 8) * 8]);
-          __nv_bfloat16* dst = p.out + (int64_t)out_row * p.ldc + col;
-          if (vec) {
-            *reinterpret_cast<uint4*>(dst) = v;
-          } else {
-            const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) dst[i] = e[i];
-          }
-        }
-      }
+      store_staged_rows<BN, 64, kOutStageStride, 128>(p, stage, out_rows, col_tile * kRows + (cwg * WM + m) * 64, wt,
+                                                      vec);
     }
   }
+
 
   __device__ static void consume(const MoeParams& p, Smem& sm) {
     const int num_stages = p.k / kStageK;

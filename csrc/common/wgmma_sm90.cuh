@@ -36,17 +36,6 @@ __device__ __forceinline__ void fence_proxy_async() {
 __device__ __forceinline__ void fence_operand(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 
-// Two 8x8 BF16 matrices from a warp's fragment registers to shared memory, transposed
-// (stmatrix .x2 .trans): lane l holds elements (l / 4, 2 (l % 4) + {0, 1}) of matrix i in r_i
-// (low half first); column c of matrix i lands as 16 contiguous bytes at the address lane
-// 8 i + c passes (lanes 16-31 pass nothing the instruction reads). For the swapped-operand
-// accumulators (weights on M, rows on N) that turns a fragment's M pairs into row pieces.
-__device__ __forceinline__ void stmatrix_x2_trans(const void* row_addr, uint32_t r0, uint32_t r1) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row_addr));
-  asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};\n" ::"r"(addr), "r"(r0), "r"(r1)
-               : "memory");
-}
-
 // Byte offset of 16-byte chunk `chunk` (0..7) of row `row` in a K-major tile with 128-byte rows
 // (64 BF16 along K) under the 128-byte swizzle: chunk c of row r sits at chunk c ^ (r % 8).
 // Tiles must start 1024-byte aligned (one 8-row swizzle atom), so the hardware's address-bit

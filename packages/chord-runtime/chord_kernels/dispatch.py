@@ -191,13 +191,15 @@ SMEM_PER_SM = 227 * 1024  # usable shared memory per SM on H100/H200 (1 KB per C
 
 def mma_smem_bytes(nt: int, tt: int, stage_k: int, stages: int) -> int:
     """sizeof(MmaTile::Smem): per stage the lanes' weight chunks, the CTA rows' scales, the
-    gathered activation rows (padded by 8 columns) and the stream-K schedule's row ids, then two
-    int32 row indices per row and the stream-K finisher flag (padded to 16 bytes)."""
+    gathered activation rows (padded by 8 columns) and the stream-K schedule's row ids, then the
+    epilogue's staging tile (up to 32 rows: the rows x the CTA's columns, padded by 8; else 16
+    bytes), two int32 row indices per row and the stream-K finisher flag (padded to 16 bytes)."""
     rows, tokens = 64 * nt, 8 * tt
     weights = (stage_k // 64) * 4 * nt * 32 * 16
     scales = (stage_k // 32) * rows * 2
     acts = tokens * (stage_k + 8) * 2
-    return stages * (weights + scales + acts + tokens * 4) + tokens * 2 * 4 + 16
+    out_stage = tokens * (rows + 8) * 2 if tt <= 4 else 16
+    return stages * (weights + scales + acts + tokens * 4) + out_stage + tokens * 2 * 4 + 16
 
 
 def mma_register_estimate(nt: int, tt: int) -> int:

@@ -1,0 +1,73 @@
+// Output tiles through shared memory, for the swapped-operand tiles (weights on MMA-M, the tile's
+// rows on MMA-N: common/w4a16_mma_tile.cuh, common/w4a16_wgmma_tile.cuh).
+//
+// Why: straight from the accumulators a lane holds output columns g and g + 8 of a row, so every
+// 16 columns of a row take two 2-byte stores and each 32-byte sector is written in two halves
+// (ncu, TP8 T=2048 down on the wgmma tile: 8x Humming's store instructions and 2x its L2 write
+// sectors; staging it bought that down 19-31 %, docs/design/indexed-kernels.md v15, v15b). Here
+// `stmatrix .trans` turns a fragment's M pairs into 16-byte row pieces of a [row][column] BF16
+// tile in shared memory, and threads write those pieces to global memory 16 bytes at a time.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "common/moe_params.cuh"
+
+namespace chord {
+
+// Two 8x8 BF16 matrices from a warp's fragment registers to shared memory, transposed
+// (stmatrix .x2 .trans, sm_90): lane l holds elements (l / 4, 2 (l % 4) + {0, 1}) of matrix i in
+// r_i (low half first); column c of matrix i lands as 16 contiguous bytes at the address lane
+// 8 i + c passes (lanes 16-31 pass nothing the instruction reads). For the swapped-operand
+// accumulators that turns a fragment's M pairs into row pieces.
+__device__ __forceinline__ void stmatrix_x2_trans(const void* row_addr, uint32_t r0, uint32_t r1) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row_addr));
+  asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};\n" ::"r"(addr), "r"(r0), "r"(r1)
+               : "memory");
+}
+
+// A lane's accumulator group of the swapped layout — 4 floats: weight row g = lane / 4 at tile
+// rows 2 (lane % 4) + {0, 1}, then weight row g + 8 at the same rows — rounded to BF16 (as the
+// direct stores round) into stage rows row8..row8+7, columns col16..col16+15. Warp-collective.
+template <int STRIDE>
+__device__ __forceinline__ void stage_accumulators(__nv_bfloat16 (*stage)[STRIDE], int row8, int col16,
+                                                   const float* a) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(a[0], a[1]), hi = __floats2bfloat162_rn(a[2], a[3]);
+  const int r = threadIdx.x % 16;  // lanes 0-7 address matrix 0's rows (columns +0..7), 8-15 matrix 1's (+8..15)
+  stmatrix_x2_trans(&stage[row8 + r % 8][col16 + 8 * (r / 8)], reinterpret_cast<const uint32_t&>(lo),
+                    reinterpret_cast<const uint32_t&>(hi));
+}
+
+// 16-byte stores need out's row starts 16-byte aligned (vLLM's outputs are); otherwise 2-byte.
+__device__ __forceinline__ bool out_rows_vectorizable(const MoeParams& p) {
+  return p.ldc % 8 == 0 && (reinterpret_cast<uintptr_t>(p.out) & 15) == 0;
+}
+
+// Stage rows 0..ROWS-1, columns 0..COLS-1, to out[out_rows[r], col0 + c] (rows -1 skipped): THREADS
+// threads (this one is `t` of them), COLS / 8 a row, one 16-byte piece each per pass. N is a
+// multiple of 16, so an 8-column piece is wholly inside N or wholly past it.
+template <int ROWS, int COLS, int STRIDE, int THREADS>
+__device__ __forceinline__ void store_staged_rows(const MoeParams& p, const __nv_bfloat16 (*stage)[STRIDE],
+                                                  const int32_t* out_rows, int col0, int t, bool vec) {
+  constexpr int kPiecesPerRow = COLS / 8;
+  static_assert(COLS % 8 == 0 && THREADS % kPiecesPerRow == 0, "whole rows of 16-byte pieces per pass");
+  const int piece = t % kPiecesPerRow, col = col0 + piece * 8;
+  if (col >= p.n) return;
+#pragma unroll
+  for (int row = t / kPiecesPerRow; row < ROWS; row += THREADS / kPiecesPerRow) {
+    const int out_row = out_rows[row];
+    if (out_row < 0) continue;
+    const uint4 v = *reinterpret_cast<const uint4*>(&stage[row][piece * 8]);
+    __nv_bfloat16* dst = p.out + (int64_t)out_row * p.ldc + col;
+    if (vec) {
+      *reinterpret_cast<uint4*>(dst) = v;
+    } else {
+      const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) dst[i] = e[i];
+    }
+  }
+}
+
+}  // namespace chord
