@@ -15,7 +15,7 @@
 // registers to the consumers (setmaxnreg). The consumer warpgroups wait on "full", load their weight
 // chunk and scales, dequantize k step i+1 into one of two A register sets while the wgmma group
 // of step i runs (wait_group<1>), and release a slot on its "empty" mbarrier (one arrival per
-// warp) once the group that read it has retired. No CTA-wide barrier in the main loop: the consumers never wait on each
+// consumer thread) once the group that read it has retired. No CTA-wide barrier in the main loop: the consumers never wait on each
 // other or on load issue, only on data.
 #pragma once
 
@@ -84,7 +84,7 @@ struct WgmmaTile {
       int32_t tile[STAGES];
     };
     uint64_t full[STAGES];   // the producer's copies of the slot landed (see init_barriers)
-    uint64_t empty[STAGES];  // every consumer warp is done with the slot (4*CWG arrivals)
+    uint64_t empty[STAGES];  // every consumer thread is done with the slot (128*CWG arrivals)
     int32_t finisher;        // stream-K: "this CTA adds up the split tile"
     int32_t claimed[2];      // tile loop: the producer's last two claims (inside the struct's padding)
   };
@@ -105,7 +105,7 @@ struct WgmmaTile {
 #pragma unroll
       for (int s = 0; s < STAGES; ++s) {
         mbarrier_init(&sm.full[s], full_arrivals);
-        mbarrier_init(&sm.empty[s], kConsumerWarps);
+        mbarrier_init(&sm.empty[s], 32 * kConsumerWarps);
       }
       mbarrier_init_fence();
     }
@@ -390,12 +390,13 @@ struct WgmmaTile {
   }
 
   // Every group that read earlier slots has retired (the last one at this stage's kt == 0), and
-  // so have this warp's loads from them. Each warp releases its own reads (the producer refills
-  // the slot after all of them arrived); __syncwarp orders the lanes' loads before lane 0's arrive.
+  // so have this thread's loads from them. Every consumer thread releases its own reads (the
+  // producer refills the slot after all of them arrived). One arrive per warp after a __syncwarp
+  // is also correct, but it was no faster (v18: same or slower on the H200) and racecheck cannot
+  // follow the warp barrier: it reported the producer's refill racing the other 31 lanes' loads.
   // (Inside the k loop, the arrive makes ptxas serialize the wgmmas: C7513.)
   __device__ __forceinline__ static void release(Smem& sm, int slot) {
-    __syncwarp();
-    if (threadIdx.x % 32 == 0) mbarrier_arrive(&sm.empty[slot]);
+    mbarrier_arrive(&sm.empty[slot]);
   }
 
   // Retire every wgmma group; from here the accumulators may be read.
