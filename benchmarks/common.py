@@ -124,6 +124,9 @@ def make_activations(m: int, k: int, seed: int, device) -> torch.Tensor:
 def load_routing(routing_dir: str | Path, point: S.Point) -> dict[str, Any]:
     """{'topk_ids': int32 [num_tokens, 8], 'expert_map': int32 [384] or None, 'meta': dict}."""
     path = Path(routing_dir) / point.routing_file
+    if not path.is_file():
+        raise FileNotFoundError(f"no routing file {path}: write it with benchmarks.make_routing "
+                                f"(same --scenarios/--tokens/--dists as this run)")
     data = torch.load(path, map_location="cpu", weights_only=True)
     meta = data["meta"]
     if (meta["scenario"], meta["dist"], meta["tokens"]) != point.key:

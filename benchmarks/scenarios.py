@@ -167,10 +167,17 @@ def routing_filename(scenario: str, dist: str, tokens: int) -> str:
 def grid(scenarios=DEFAULT_SCENARIOS, quick: bool = False, tokens=None, dists=None) -> list[Point]:
     """Points in report order: scenario, then uniform before skew, then T ascending.
 
-    ``quick``: T in 1, 20, 128, 2048 uniform, plus skew at 128. ``tokens`` / ``dists`` filter.
+    ``quick``: T in 1, 20, 128, 2048 uniform, plus skew at 128. ``dists`` filters. ``tokens``
+    names the T to run for every distribution kept, on or off the report grid (a sweep of block
+    sizes needs T between the grid's points; a T silently dropped would read as "measured").
     """
     uniform_t = QUICK_TOKENS if quick else TOKENS
     skew_t = QUICK_SKEW_TOKENS if quick else SKEW_TOKENS
+    if tokens is not None:
+        bad = [t for t in tokens if t < 1]
+        if bad:
+            raise ValueError(f"tokens must be >= 1, got {bad}")
+        uniform_t = skew_t = tuple(sorted(set(tokens)))
     points = []
     for name in scenarios:
         if name not in SCENARIOS:
@@ -178,9 +185,7 @@ def grid(scenarios=DEFAULT_SCENARIOS, quick: bool = False, tokens=None, dists=No
         for dist, ts in (("uniform", uniform_t), ("skew", skew_t)):
             if dists is not None and dist not in dists:
                 continue
-            for t in ts:
-                if tokens is None or t in tokens:
-                    points.append(Point(name, dist, t))
+            points.extend(Point(name, dist, t) for t in ts)
     return points
 
 

@@ -26,9 +26,10 @@ done
 OUT=${OUT:-.out/sweep}; mkdir -p "$OUT"
 ROUTING=${BENCH_WORK:-/tmp/chord-bench}/sweep-routing
 export CHORD_CACHE_DIR=${CHORD_CACHE_DIR:-/tmp/chord-jit} PYTHONUNBUFFERED=1
-python3 -m benchmarks.make_routing --dir "$ROUTING" --scenarios "$SCENARIOS" > "$OUT/sweep_routing.log" 2>&1 \
+POINTS=(--scenarios "$SCENARIOS" --dists "$DISTS"); [[ -n "$TOKENS" ]] && POINTS+=(--tokens "$TOKENS")
+python3 -m benchmarks.make_routing --dir "$ROUTING" "${POINTS[@]}" > "$OUT/sweep_routing.log" 2>&1 \
   || { cat "$OUT/sweep_routing.log"; exit 4; }
-FILTER=(--family "$FAMILY" --scenarios "$SCENARIOS" --dists "$DISTS"); [[ -n "$TOKENS" ]] && FILTER+=(--tokens "$TOKENS")
+FILTER=(--family "$FAMILY" "${POINTS[@]}")
 JSONS=()
 for config in "$@"; do
   IFS=: read -r -a parts <<< "$config"

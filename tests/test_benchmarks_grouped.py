@@ -43,6 +43,17 @@ def test_families_and_grouped_grid():
         assert (scn.projections["gate_up"].n, scn.projections["gate_up"].k) == (4096, 7168)
         assert (scn.projections["down"].n, scn.projections["down"].k) == (7168, 2048)
         assert [p.tokens for p in points if p.scenario == name and p.dist == "skew"] == [20, 128, 2048]
+
+
+def test_grid_runs_the_tokens_asked_for_on_or_off_the_report_grid():
+    # A sweep of block sizes needs T between the report's points; a T dropped without a word
+    # would read as measured (it did: a sweep over T=256..1024 ran only 512).
+    points = S.grid(("ep8",), tokens=[512, 384], dists=["uniform"])
+    assert [(p.dist, p.tokens) for p in points] == [("uniform", 384), ("uniform", 512)]
+    both = S.grid(("tp8",), tokens=[777])
+    assert [(p.dist, p.tokens) for p in both] == [("uniform", 777), ("skew", 777)]
+    with pytest.raises(ValueError, match="tokens must be >= 1"):
+        S.grid(("ep8",), tokens=[0])
     quick = S.grid(S.default_scenarios("grouped"), quick=True)
     assert len(quick) == 15
 
