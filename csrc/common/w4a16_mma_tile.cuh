@@ -33,7 +33,7 @@ struct MmaTile {
   static constexpr int kActStride = STAGE_K + 8;  // +16 B: ldmatrix rows hit distinct banks
   // The epilogue through shared memory (store) up to 32 rows: at 64 (TT 8, the family override's
   // mma tile at 64-row blocks) the staging tile would cost a CTA an SM.
-  static constexpr bool kStagedEpilogue = TT <= 4;
+  static constexpr bool kStagedEpilogue = TT <= 4;  // dispatch.MMA_STAGED_EPILOGUE_MAX_TT
   static constexpr int kOutStageStride = kStagedEpilogue ? kRows + 8 : 8;  // +16 B: stmatrix rows hit distinct banks
   static_assert(STAGE_K % kSubK == 0, "STAGE_K must be a multiple of 64");
   static_assert(BLOCK_K % kSubK == 0, "the packed BLOCK_K must be a multiple of 64");
@@ -213,8 +213,6 @@ struct MmaTile {
           store4(p, row0, out_rows, t * TT + tt, make_float4(acc[t][tt][0], acc[t][tt][1], acc[t][tt][2], acc[t][tt][3]));
     }
   }
-
-
 
   // One tile, non-persistent: requires sm.a_row / sm.out_row filled and a barrier after it.
   __device__ static void run(const MoeParams& p, Smem& sm, int expert) {

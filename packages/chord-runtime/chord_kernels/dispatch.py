@@ -193,6 +193,9 @@ def indexed_simple(arch: str = DEFAULT_ARCH) -> Launch:
 SMEM_PER_SM = 227 * 1024  # usable shared memory per SM on H100/H200 (1 KB per CTA is reserved)
 
 
+MMA_STAGED_EPILOGUE_MAX_TT = 4  # MmaTile::kStagedEpilogue: up to 32 rows the epilogue goes through shared memory
+
+
 def mma_smem_bytes(nt: int, tt: int, stage_k: int, stages: int) -> int:
     """sizeof(MmaTile::Smem): per stage the lanes' weight chunks, the CTA rows' scales, the
     gathered activation rows (padded by 8 columns) and the stream-K schedule's row ids, then the
@@ -202,7 +205,7 @@ def mma_smem_bytes(nt: int, tt: int, stage_k: int, stages: int) -> int:
     weights = (stage_k // 64) * 4 * nt * 32 * 16
     scales = (stage_k // 32) * rows * 2
     acts = tokens * (stage_k + 8) * 2
-    out_stage = tokens * (rows + 8) * 2 if tt <= 4 else 16
+    out_stage = tokens * (rows + 8) * 2 if tt <= MMA_STAGED_EPILOGUE_MAX_TT else 16
     return stages * (weights + scales + acts + tokens * 4) + out_stage + tokens * 2 * 4 + 16
 
 
