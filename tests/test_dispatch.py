@@ -260,7 +260,8 @@ def test_tuning_override(monkeypatch):
                                                ("contiguous_offsets", 20, {"WM": 2, "BN": 32, "CWG": 4}),
                                                ("masked", 30, {"WM": 2, "BN": 32, "CWG": 4}),
                                                ("contiguous", 40, {"WM": 2, "BN": 64, "CWG": 2}),
-                                               ("masked", 40, {"WM": 2, "BN": 56, "CWG": 4}),
+                                               ("masked", 40, {"WM": 2, "BN": 56, "CWG": 2, "STAGES": 6}),
+                                               ("contiguous_offsets", 40, {"WM": 2, "BN": 56, "CWG": 4}),
                                                ("contiguous_offsets", 83, {"WM": 2, "BN": 96}),
                                                ("contiguous", 83, {"WM": 2, "BN": 128}),
                                                ("contiguous_offsets", 100, {"WM": 2, "BN": 128}),
@@ -275,6 +276,8 @@ def test_grouped_choice(routing, rows, want):
     # 4-warpgroup wgmma tile at 17-32 rows and at 56 on deep K, the mma tile on the stream-K
     # schedule below; the offsets and masked forms take the indexed blocks (56, 96), the
     # DeepGEMM contiguous form powers of two (a tile never straddles a 128-aligned segment).
+    # BLOCK_K-128 weights (masked) keep the 512 x 56 tile off 4 warpgroups (its per-step word
+    # loads are 8-way bank conflicted there): 2 consumer warpgroups.
     assert launch.spec.family == ("grouped_wgmma" if "WM" in want else "grouped_mma_sk")
     assert launch.persistent == (launch.spec.family == "grouped_mma_sk")
     assert {key: cfg[key] for key in want} == want and cfg["BLOCK_K"] == block_k
@@ -285,3 +288,12 @@ def test_grouped_choice(routing, rows, want):
     assert short_k.spec.family == ("grouped_wgmma_sk" if rows > 32 else "grouped_mma_sk") and short_k.persistent
     with pytest.raises(ValueError, match="unknown grouped routing"):
         dispatch.select_grouped(GroupedProblem("sorted", 4096, 7168, 48, rows, block_k))
+
+
+def test_grouped_block_k_128_avoids_per_step_operand_loads():
+    # Every 4-warpgroup tile the grouped dispatch can reach on BLOCK_K 128 holds a stage's weight
+    # words in registers (the pair layout's per-step loads are 8-way bank conflicted).
+    for launch in dispatch.grouped_reachable_launches():
+        cfg = launch.spec.config
+        if launch.spec.family == "grouped_wgmma" and cfg["BLOCK_K"] == 128:
+            assert not dispatch.wgmma_loads_operands_per_step(cfg), launch.spec.symbol

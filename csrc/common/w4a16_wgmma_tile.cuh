@@ -326,7 +326,7 @@ struct WgmmaTile {
   // words and scales as well (ptxas serializes the wgmmas, C7512): each k step loads its own word
   // and every other step its scales from shared memory. Measured (v14) only where needed: on the
   // other tiles the per-step loads cost 2-9 % (EP8 T=8192 sum 10361 -> 11132 µs).
-  static constexpr bool kOperandsPerStep = CWG == 4 && WM * BN > 64;
+  static constexpr bool kOperandsPerStep = CWG == 4 && WM * BN > 64;  // host: dispatch.wgmma_loads_operands_per_step
   using Acc = float[WM][Mma::kAccRegs];
   using AFrag = uint32_t[2][WM][4];
 

@@ -364,6 +364,7 @@ def mma_shape(n: int, k: int, rows: int) -> dict[str, int]:
     return {"NT": nt, "TT": tt, "STAGE_K": stage_k, "STAGES": 3}
 
 
+WGMMA_CWG2_STAGES = 6  # ring depth of the 2-warpgroup tile (depth made no difference in the v6 sweep)
 WGMMA_BN_CHOICES = (16, 32, 48, 56, 64, 96, 128)  # N of the wgmma: the block's rows (32 at mid batch; 16 by the family override)
 
 
@@ -382,7 +383,28 @@ def wgmma_shape(n: int, rows: int) -> dict[str, int]:
     # ring still fits (181-207 KB; v13: 6 -> 8 stages took EP8 T=128 490 -> 475 µs; v14: TP8
     # T=2048 gate_up 373 -> 354 at BN 56).
     cwg = 4 if wm == 2 and bn <= 56 else 2
-    return {"WM": wm, "BN": bn, "STAGES": 8 if cwg == 4 else 6, "CWG": cwg}
+    return {"WM": wm, "BN": bn, "STAGES": 8 if cwg == 4 else WGMMA_CWG2_STAGES, "CWG": cwg}
+
+
+def wgmma_loads_operands_per_step(cfg: dict[str, int]) -> bool:
+    """WgmmaTile::kOperandsPerStep: the 4-warpgroup tile with more than 64 accumulators a thread
+    (WM * BN > 64, the 512 x 56 tile) has no registers to hold a stage's weight words, so each k
+    step loads its own 4-byte word from shared memory."""
+    return cfg["CWG"] == 4 and cfg["WM"] * cfg["BN"] > 64
+
+
+def grouped_wgmma_shape(n: int, rows: int, block_k: int) -> dict[str, int]:
+    """wgmma_shape for a grouped tile on a weight of ``block_k``. BLOCK_K-128 weights (masked) sit
+    in shared memory in memory order, a lane's two stage chunks side by side (32-byte lane stride,
+    grouped-kernels.md v6), so the per-k-step word loads of the 512 x 56 tile are 8-way bank
+    conflicted (4-way on BLOCK_K 64): ncu, masked EP16 T=128 gate_up, short-scoreboard stalls 3.5
+    per issue vs 1.1 on BLOCK_K 64, 268 vs 227 µs. Those tiles run 2 consumer warpgroups (256 weight
+    rows, a stage's words loaded once): masked EP16 T=128 sum 394 -> 342 µs, EP32 T=64 223 -> 183
+    (grouped-kernels.md v9)."""
+    cfg = wgmma_shape(n, rows)
+    if block_k == 128 and wgmma_loads_operands_per_step(cfg):
+        cfg = {**cfg, "CWG": 2, "STAGES": WGMMA_CWG2_STAGES}
+    return cfg
 
 
 def wgmma_streamk_shape(n: int, rows: int) -> dict[str, int]:
@@ -581,7 +603,7 @@ def grouped_launch(routing: str, n: int, k: int, rows: int, block_k: int, arch: 
     # 754 -> 595 (docs/design/grouped-kernels.md v4).
     family = mid_batch_family(rows, n, k) or auto_tile_family(rows, k)
     if family == "wgmma":
-        cfg = wgmma_shape(n, rows)
+        cfg = grouped_wgmma_shape(n, rows, block_k)
         return grouped_wgmma(routing, cfg["WM"], cfg["BN"], cfg["STAGES"], block_k, arch, cfg["CWG"])
     if family == "wgmma_sk":
         # At most 64 rows a tile: with 128, the offsets/masked producer (its warp scan for the tile
