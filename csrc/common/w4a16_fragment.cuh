@@ -88,20 +88,29 @@ __device__ __forceinline__ uint32_t nibbles_to_bf16x2(uint32_t w) {
   return d;
 }
 
-// One fragment word -> the four BF16x2 A registers of mma.m16n8k16, scaled.
+// One fragment word -> the four BF16x2 A registers of mma.m16n8k16 holding u - 8, unscaled.
 // (w >> 4r) & 0x000F000F holds nibbles r and r+4 = register a_r's pair; OR-ing 0x4300 makes
-// BF16 128+u exactly, subtracting 136 gives u-8 exactly, and one BF16 multiply by the group
-// scale rounds once (RN): bit-identical to bf16((u-8)*s). a0/a2 are row g (scale s_lo),
-// a1/a3 row g+8 (scale s_hi); all four share one K group.
-__device__ __forceinline__ void dequantize_fragment(uint32_t word, __nv_bfloat162 s_lo, __nv_bfloat162 s_hi,
-                                                    uint32_t (&a)[4]) {
+// BF16 128+u exactly, subtracting 136 gives u-8 exactly. a0/a2 are row g, a1/a3 row g+8.
+__device__ __forceinline__ void centered_fragment(uint32_t word, uint32_t (&a)[4]) {
   const __nv_bfloat162 bias = __floats2bfloat162_rn(136.f, 136.f);
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     uint32_t bits = nibbles_to_bf16x2(word >> (4 * r));
-    __nv_bfloat162 v = __hsub2(*reinterpret_cast<__nv_bfloat162*>(&bits), bias);
-    v = __hmul2(v, (r & 1) ? s_hi : s_lo);
-    a[r] = *reinterpret_cast<uint32_t*>(&v);
+    const __nv_bfloat162 v = __hsub2(*reinterpret_cast<__nv_bfloat162*>(&bits), bias);
+    a[r] = *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// One fragment word -> the four BF16x2 A registers, scaled: centered_fragment, then one BF16
+// multiply by the group scale (rounds once, RN): bit-identical to bf16((u-8)*s). a0/a2 are row g
+// (scale s_lo), a1/a3 row g+8 (scale s_hi); all four share one K group.
+__device__ __forceinline__ void dequantize_fragment(uint32_t word, __nv_bfloat162 s_lo, __nv_bfloat162 s_hi,
+                                                    uint32_t (&a)[4]) {
+  centered_fragment(word, a);
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const __nv_bfloat162 v = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a[r]), (r & 1) ? s_hi : s_lo);
+    a[r] = *reinterpret_cast<const uint32_t*>(&v);
   }
 }
 

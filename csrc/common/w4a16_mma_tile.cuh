@@ -8,7 +8,8 @@
 // format), the CTA's scales and the gathered activation rows all stream through one cp.async ring
 // in shared memory, STAGES-1 stages ahead of the MMAs; several CTAs per SM keep enough bytes in
 // flight to cover HBM latency. Dequant: lop3 to BF16 128+u, subtract 136, multiply by the group
-// scale (bit-identical to the reference's bf16((u-8)*s)).
+// scale (bit-identical to the reference's bf16((u-8)*s)); with one token tile (decode) the scale
+// multiplies the FP32 products instead (kScaleProducts).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -129,6 +130,16 @@ struct MmaTile {
     }
   }
 
+  // One token tile (decode: every point up to ~8 rows an expert) scales the FP32 products, not
+  // the weights: per K group and n-tile the two k steps' MMAs on the unscaled codes (u - 8, exact
+  // in BF16) go into a zeroed partial, then 4 FFMAs add scale x partial to the accumulators. The
+  // dequant loses its BF16 multiply (4 HMUL2 a fragment word, a quarter of decode's issue slots;
+  // indexed-kernels.md "decode instruction budget") for 2 FFMAs a word. With 2+ token tiles the
+  // FFMAs per partial grow with TT while the multiplies saved stay: those keep scaled weights.
+  // Numerics: the scale is applied once in FP32 to the exact code products (the reference rounds
+  // each bf16((u-8)*s) first): not bit-identical, closer to the exact product.
+  static constexpr bool kScaleProducts = TT == 1;
+
   // acc += this warp's weight rows x the tile's rows over the STAGE_K columns in ring slot `slot`.
   __device__ static void mma_stage(const Smem& sm, int slot, float (&acc)[NT][TT][4]) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -137,14 +148,21 @@ struct MmaTile {
     for (int j = 0; j < kSubsPerStage; ++j) {
       uint4 w[NT];
       __nv_bfloat162 s_lo[NT][2], s_hi[NT][2];  // per tile and scale group: rows g and g+8
+      float f_lo[NT][2], f_hi[NT][2];          // the same as FP32 (kScaleProducts)
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         w[t] = sm.w[slot][j / kSubsPerBlock][warp][t][lane * kSubsPerBlock + j % kSubsPerBlock];
         const int r = (warp * NT + t) * kTile + lane / 4;
 #pragma unroll
         for (int grp = 0; grp < 2; ++grp) {
-          s_lo[t][grp] = __bfloat162bfloat162(sm.scale[slot][j * 2 + grp][r]);
-          s_hi[t][grp] = __bfloat162bfloat162(sm.scale[slot][j * 2 + grp][r + 8]);
+          const __nv_bfloat16 lo = sm.scale[slot][j * 2 + grp][r], hi = sm.scale[slot][j * 2 + grp][r + 8];
+          if constexpr (kScaleProducts) {
+            f_lo[t][grp] = __bfloat162float(lo);
+            f_hi[t][grp] = __bfloat162float(hi);
+          } else {
+            s_lo[t][grp] = __bfloat162bfloat162(lo);
+            s_hi[t][grp] = __bfloat162bfloat162(hi);
+          }
         }
       }
 #pragma unroll
@@ -155,16 +173,32 @@ struct MmaTile {
           const int quad = lane / 8;  // matrix this lane addresses: (tile, k half) of the pair
           ldmatrix_x4(b[tt], &act[tt * 8 + lane % 8][j * kSubK + (2 * kp + quad / 2) * kTile + (quad % 2) * 8]);
         }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int kt = 2 * kp + h;
+        auto word_of = [&](int t, int kt) { return kt == 0 ? w[t].x : kt == 1 ? w[t].y : kt == 2 ? w[t].z : w[t].w; };
+        if constexpr (kScaleProducts) {  // k tiles 2kp, 2kp+1 are scale group kp of the sub-block
 #pragma unroll
           for (int t = 0; t < NT; ++t) {
-            const uint32_t word = kt == 0 ? w[t].x : kt == 1 ? w[t].y : kt == 2 ? w[t].z : w[t].w;
+            float part[4];
             uint32_t afrag[4];
-            dequantize_fragment(word, s_lo[t][kp], s_hi[t][kp], afrag);
+            centered_fragment(word_of(t, 2 * kp), afrag);
+            mma_m16n8k16_bf16_zero_c(part, afrag, b[0][0], b[0][1]);
+            centered_fragment(word_of(t, 2 * kp + 1), afrag);
+            mma_m16n8k16_bf16(part, afrag, b[0][2], b[0][3]);
+            // D fragment: part[0..1] weight row g, part[2..3] row g + 8
+            acc[t][0][0] = fmaf(f_lo[t][kp], part[0], acc[t][0][0]);
+            acc[t][0][1] = fmaf(f_lo[t][kp], part[1], acc[t][0][1]);
+            acc[t][0][2] = fmaf(f_hi[t][kp], part[2], acc[t][0][2]);
+            acc[t][0][3] = fmaf(f_hi[t][kp], part[3], acc[t][0][3]);
+          }
+        } else {
 #pragma unroll
-            for (int tt = 0; tt < TT; ++tt) mma_m16n8k16_bf16(acc[t][tt], afrag, b[tt][2 * h], b[tt][2 * h + 1]);
+          for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+              uint32_t afrag[4];
+              dequantize_fragment(word_of(t, 2 * kp + h), s_lo[t][kp], s_hi[t][kp], afrag);
+#pragma unroll
+              for (int tt = 0; tt < TT; ++tt) mma_m16n8k16_bf16(acc[t][tt], afrag, b[tt][2 * h], b[tt][2 * h + 1]);
+            }
           }
         }
       }
