@@ -114,7 +114,8 @@ def grouped_config(path: str, n: int, k: int, num_experts: int, expected_m: int,
         routing_name, mode = GROUPED_FORMS[path]
         index = device.index if device.index is not None else torch.cuda.current_device()
         problem = dispatch.GroupedProblem(routing_name, n, k, num_experts, max(1, expected_m), BLOCK_K_BY_MODE[mode])
-        launch = dispatch.select_grouped(problem, kernel_arch(index))
+        sms = torch.cuda.get_device_properties(index).multi_processor_count
+        launch = dispatch.select_grouped(problem, kernel_arch(index), sms, os.environ.get("CHORD_GROUPED_SPLIT_K", "auto"))
         return f"{launch.spec.describe()} tile={launch.rows_per_cta}x{launch.cols_per_cta} em={expected_m}"
     except Exception as exc:  # describing must never fail a measurement
         return f"em={expected_m} (config unknown: {type(exc).__name__}: {exc})"

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 from chord_kernels import device, dispatch
-from chord_kernels.dispatch import IndexedProblem
+from chord_kernels.dispatch import GroupedProblem, IndexedProblem
+from chord_kernels.profiles import profile_specs
 
 
 @pytest.mark.parametrize(
@@ -297,3 +298,58 @@ def test_grouped_block_k_128_avoids_per_step_operand_loads():
         cfg = launch.spec.config
         if launch.spec.family == "grouped_wgmma" and cfg["BLOCK_K"] == 128:
             assert not dispatch.wgmma_loads_operands_per_step(cfg), launch.spec.symbol
+
+
+@pytest.mark.parametrize("tiles,stages,want", [(192, 112, 2),  # EP16 T=64 gate_up: 2 waves -> 3 half waves
+                                               (96, 112, 1),   # EP32 T=64 gate_up: 0.73 waves, 1.45 split
+                                               (384, 112, 1),  # EP8 T=128 gate_up: 2.9 waves already
+                                               (168, 32, 2),   # the model alone (auto never splits K 2048)
+                                               (336, 32, 1),
+                                               (132, 112, 1)])  # one full wave
+def test_wave_split_k(tiles, stages, want):
+    assert dispatch.wave_split_k(tiles, stages, 132) == want
+
+
+def test_split_k_choices():
+    assert dispatch.split_k_choices(7168, 128) == (1, 2)
+    assert dispatch.split_k_choices(2048, 64) == (1, 2)
+    assert dispatch.split_k_choices(1024, 128) == (1, 2)  # 8 stages a CTA: the least allowed
+    assert dispatch.split_k_choices(192, 64) == (1,)  # 3 stages
+    assert dispatch.split_k_choices(9 * 64 * 2, 128) == (1,)  # 9 blocks of 2 stages: no even split
+
+
+@pytest.mark.parametrize("routing,block_k", [("contiguous_offsets", 64), ("masked", 128)])
+def test_grouped_split_k_choice(routing, block_k):
+    # EP16 T=64 gate_up: 24 experts x 1 row tile (21 rows -> 32) x 8 column tiles of the 512 x 32
+    # one-CTA tile on 132 SMs -> a cluster of 2 CTAs a tile
+    problem = GroupedProblem(routing, 4096, 7168, 24, 21, block_k)
+    launch = dispatch.select_grouped(problem)
+    assert launch.split_k == 2 and launch.spec.cluster_z == 2 and launch.spec.config["SPLIT_K"] == 2
+    assert launch.spec.config["BN"] == 32 and launch.spec.config["CWG"] == 4
+    assert "__cluster_dims__(1, 1, 2)" in launch.spec.source()
+    assert launch.grid(dispatch.IndexedProblem(4096, 7168, 24, 8, 32), 1)[2] == 2
+    assert dispatch.select_grouped(problem, split_override="1").split_k == 1
+    assert dispatch.select_grouped(problem, sms=64).split_k == 1  # 3 full waves on a 64-SM GPU
+    down = dispatch.select_grouped(GroupedProblem(routing, 7168, 2048, 12, 21, block_k))
+    assert down.split_k == 1  # K 2048: not split by the dispatch (v10) ...
+    assert dispatch.select_grouped(GroupedProblem(routing, 7168, 2048, 12, 21, block_k),
+                                   split_override="2").split_k == 2  # ... but it may be forced
+    # every split the dispatch (or the override) can pick is compiled (CI) and in the EP profiles
+    reachable = {launch.spec.symbol for launch in dispatch.grouped_reachable_launches()}
+    assert launch.spec.symbol in reachable
+    assert launch.spec.symbol in {spec.symbol for spec in profile_specs("h200_ep16")}
+
+
+def test_split_k_not_on_the_per_step_or_loop_tiles():
+    # the 512 x 56 tile (per-step operand loads) is not split by the dispatch (measured slower, v10)
+    bn56 = dispatch.select_grouped(GroupedProblem("contiguous_offsets", 4096, 7168, 24, 43, 64))
+    assert bn56.spec.config["BN"] == 56 and bn56.spec.config["CWG"] == 4 and bn56.split_k == 1
+    # the masked form runs 2 consumer warpgroups there (v9): whole tiles on a loop, no split at all
+    masked = GroupedProblem("masked", 4096, 7168, 24, 43, 128)
+    assert dispatch.select_grouped(masked).split_k == 1
+    with pytest.raises(ValueError, match="CHORD_GROUPED_SPLIT_K='2'.*auto or one of 1$"):
+        dispatch.select_grouped(masked, split_override="2")
+    with pytest.raises(ValueError, match="only the one-CTA wgmma tile splits K"):
+        dispatch.grouped_launch("masked", 4096, 7168, 8, 128, split_k=2)
+    with pytest.raises(ValueError, match="the K split is"):
+        dispatch.grouped_wgmma("masked", 2, 32, 8, 128, cwg=4, split_k=4)

@@ -14,6 +14,7 @@ def stub_device(monkeypatch):
     monkeypatch.setattr(ops, "kernel_arch", lambda index: "sm_90a")
     monkeypatch.setattr(ops, "_load", lambda launch, device: loaded.append(launch.spec) or "kernel")
     monkeypatch.setattr(ops, "_device_index", lambda device: 0)
+    monkeypatch.setattr(ops, "_sm_count", lambda index: 132)
     monkeypatch.setattr(ops, "_resident_ctas", lambda kernel, launch, device: 3 * launch.spec.min_blocks_per_sm)
     monkeypatch.setattr(ops, "_streamk_buffers", {})
     return loaded
@@ -154,7 +155,8 @@ def grouped_stub(stub_device, monkeypatch):
             launches.append((grid, block, smem, stream, params))
 
     real_select = ops.select_grouped
-    monkeypatch.setattr(ops, "select_grouped", lambda problem, arch: calls.append(problem) or real_select(problem, arch))
+    monkeypatch.setattr(ops, "select_grouped",
+                        lambda problem, *args: calls.append(problem) or real_select(problem, *args))
     monkeypatch.setattr(ops, "_load", lambda launch, device: stub_device.append(launch.spec) or StubKernel())
     monkeypatch.setattr(ops, "_current_stream", lambda index: 77)
     ops._grouped_plans.clear()
@@ -325,3 +327,26 @@ def test_env_switches_stay_live_and_decode_once(monkeypatch):
     assert env.get(env.INDEXED_KERNEL, "auto") == "wgmma"
     monkeypatch.delenv(env.INDEXED_KERNEL)
     assert env.get(env.INDEXED_KERNEL, "auto") == "auto" and env.text(None, "auto") == "auto"
+
+
+def test_split_k_grid_cluster_and_override(grouped_stub, monkeypatch):
+    """CHORD_GROUPED_SPLIT_K=2 runs the one-CTA tile (4 experts x 4 column tiles of 512 x 32) as
+    clusters of 2 CTAs along grid z; the variable is part of the plan key and is checked against
+    the splits the tile and K allow before anything launches. Unset, K 1024 is too shallow for
+    the dispatch to split."""
+    packed, _, _ = _grouped_problem("contiguous", n=2048, k=1024)
+    offsets = torch.tensor([0, 20, 40, 60, 80])
+    a = torch.randn(80, 1024).to(torch.bfloat16)
+    out = torch.empty(80, packed.n, dtype=torch.bfloat16)
+    ops._grouped_cuda("contiguous_offsets", a, packed, offsets, out, 24)
+    assert grouped_stub["loaded"][-1].cluster_z == 1 and grouped_stub["launches"][-1][0][2] == 1
+    monkeypatch.setenv("CHORD_GROUPED_SPLIT_K", "2")
+    ops._grouped_cuda("contiguous_offsets", a, packed, offsets, out, 24)
+    spec = grouped_stub["loaded"][-1]
+    assert spec.cluster_z == 2 and spec.config["SPLIT_K"] == 2 and spec.config["CWG"] == 4
+    assert grouped_stub["launches"][-1][0] == (4, -(-80 // 32) + 4, 2)
+    monkeypatch.setenv("CHORD_GROUPED_SPLIT_K", "4")
+    launches = len(grouped_stub["launches"])
+    with pytest.raises(ValueError, match="CHORD_GROUPED_SPLIT_K='4'.*auto or one of 1, 2"):
+        ops._grouped_cuda("contiguous_offsets", a, packed, offsets, out, 24)
+    assert len(grouped_stub["launches"]) == launches

@@ -22,6 +22,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "common/cluster_sm90.cuh"
 #include "common/mbarrier_sm90.cuh"
 #include "common/mma_sm80.cuh"
 #include "common/moe_params.cuh"
@@ -127,9 +128,22 @@ struct WgmmaTile {
   }
 
   // Requires sm.a_row / sm.out_row filled and a barrier after it; all kThreads threads call it.
+  // SPLIT_K > 1: the kernel runs in clusters of SPLIT_K CTAs along z (the same tile), CTA r of a
+  // cluster computes K stages [r, r + 1) * stages / SPLIT_K and the cluster adds the partial sums
+  // (store_split_k). Why: one CTA per tile leaves a partly empty last wave when the tiles are
+  // few (grouped mid batch: 192 tiles on 132 SMs); SPLIT_K CTAs a tile fill the waves.
+  // The host keeps K / 64 a multiple of SPLIT_K (of 2 * SPLIT_K with whole-block pairs).
+  template <int SPLIT_K = 1>
   __device__ static void run(const MoeParams& p, Smem& sm, int expert) {
     init_barriers(sm, kProducerThreads);
-    split_roles<kProducerRegs, kConsumerRegs>([&] { produce(p, sm, expert); }, [&] { consume(p, sm); });
+    const int stages = p.k / kStageK / SPLIT_K;
+    const int rank = SPLIT_K == 1 ? 0 : cluster_cta_rank();
+    split_roles<kProducerRegs, kConsumerRegs>(
+        [&] {
+          produce(p, sm, expert, rank * stages, stages);
+          if constexpr (SPLIT_K > 1) cluster_sync(), cluster_sync();  // store_split_k's two
+        },
+        [&] { consume<SPLIT_K>(p, sm, rank * stages, stages, rank); });
   }
 
   // n-tile of consumer warp `cwarp` (0..4*CWG-1), m64 tile m, in CTA column tile `col_tile`.
@@ -292,9 +306,10 @@ struct WgmmaTile {
     for (int q = 0; q < 2; ++q) load_scales_acts(p, sm, slot + q, src, rows, s0 + q);
   }
 
-  __device__ static void produce(const MoeParams& p, Smem& sm, int expert) {
+  // Stages [first_stage, first_stage + num_stages) of K into the ring (first_stage even with
+  // whole-block pairs).
+  __device__ static void produce(const MoeParams& p, Smem& sm, int expert, int first_stage, int num_stages) {
     const int tid = threadIdx.x;
-    const int num_stages = p.k / kStageK;
     const Sources src = sources<kBlockPairs ? kWholeBlocks : kByOwner>(p, expert, blockIdx.x);
     RowIndex idx;
 #pragma unroll
@@ -304,15 +319,15 @@ struct WgmmaTile {
     // released after the next stage's first step), and pairs must not wrap the ring.
     static_assert(!kBlockPairs || (STAGES % 2 == 0 && STAGES >= 4), "stage pairs need an even ring of 4+ slots");
     constexpr int kStep = kBlockPairs ? 2 : 1;
-    for (int s = 0; s < num_stages; s += kStep) {
-      const int slot = s % STAGES;
+    for (int i = 0; i < num_stages; i += kStep) {
+      const int slot = i % STAGES;
 #pragma unroll
-      for (int q = 0; q < kStep; ++q)  // use (s + q) / STAGES - 1 of the slot released
-        if (s + q >= STAGES) mbarrier_wait(&sm.empty[slot + q], (((s + q) / STAGES) + 1) & 1);
+      for (int q = 0; q < kStep; ++q)  // use (i + q) / STAGES - 1 of the slot released
+        if (i + q >= STAGES) mbarrier_wait(&sm.empty[slot + q], (((i + q) / STAGES) + 1) & 1);
       if constexpr (kBlockPairs) {
-        load_block_pair(p, sm, slot, src, rows, s);
+        load_block_pair(p, sm, slot, src, rows, first_stage + i);
       } else {
-        load_stage(p, sm, slot, src, rows, s);
+        load_stage(p, sm, slot, src, rows, first_stage + i);
       }
 #pragma unroll
       for (int q = 0; q < kStep; ++q) cp_async_mbarrier_arrive(&sm.full[slot + q]);
@@ -452,7 +467,7 @@ struct WgmmaTile {
                                                       const int32_t* out_rows, int ctid) {
     const int cwg = ctid / 128, wt = ctid % 128, warp = wt / 32;
     __nv_bfloat16(*stage)[kOutStageStride] = sm.out_stage[cwg];
-    const int barrier = 4 + cwg;  // 0: __syncthreads, 1: stream-K fix-up, 2: the tile loop's out rows, 3 spare
+    const int barrier = 4 + cwg;  // 0: __syncthreads, 1: stream-K fix-up, 2: the tile loop's out rows, 3: the K split
     const bool vec = out_rows_vectorizable(p);
 #pragma unroll
     for (int m = 0; m < WM; ++m) {
@@ -466,18 +481,60 @@ struct WgmmaTile {
   }
 
 
-  __device__ static void consume(const MoeParams& p, Smem& sm) {
-    const int num_stages = p.k / kStageK;
+  // The ring's stages in order (produce's stages [first_stage, first_stage + num_stages)), then
+  // the epilogue: this CTA's outputs, or with SPLIT_K > 1 the cluster's sum.
+  template <int SPLIT_K>
+  __device__ static void consume(const MoeParams& p, Smem& sm, int first_stage, int num_stages, int rank) {
     Acc acc;
     AFrag afrag;
-    for (int s = 0; s < num_stages; ++s) {
-      const int slot = s % STAGES;
-      mbarrier_wait(&sm.full[slot], (s / STAGES) & 1);
-      mma_stage<kBlockPairs>(sm, slot, acc, afrag, s == 0);
-      if (s > 0) release(sm, (s - 1) % STAGES);
+    for (int i = 0; i < num_stages; ++i) {
+      const int slot = i % STAGES;
+      mbarrier_wait(&sm.full[slot], (i / STAGES) & 1);
+      mma_stage<kBlockPairs>(sm, slot, acc, afrag, i == 0);
+      if (i > 0) release(sm, (i - 1) % STAGES);
     }
     drain(acc, afrag);
-    store(p, sm, acc, blockIdx.x, sm.out_row);
+    if constexpr (SPLIT_K == 1) {
+      store(p, sm, acc, blockIdx.x, sm.out_row);
+    } else {
+      store_split_k<SPLIT_K>(p, sm, acc, rank);
+    }
+  }
+
+  // The K split's epilogue (one CTA per tile, SPLIT_K CTAs a cluster). Each CTA leaves its FP32
+  // accumulators in its own ring, idle once every consumer's wgmmas retired (the producer's last
+  // copies landed before the consumers' last "full" wait): float4 group g of consumer thread t at
+  // [g][t], 16 bytes a thread, a warp's 512 contiguous. After a cluster barrier, CTA r adds up the
+  // groups g = r mod SPLIT_K of every CTA's partials, in rank order (a fixed order: the sums are
+  // the same run to run), from distributed shared memory and stores them: the SPLIT_K CTAs share
+  // the epilogue. A second cluster barrier keeps every CTA's ring alive until the others read it.
+  static constexpr int kConsumerThreads = 32 * kConsumerWarps;
+  static constexpr int kSplitBarrier = 3;  // named barrier 3 (see store_staged's list): the consumers
+  template <int SPLIT_K>
+  __device__ static void store_split_k(const MoeParams& p, Smem& sm, const Acc& acc, int rank) {
+    static_assert(kAccGroups * kConsumerThreads * sizeof(float4) <= sizeof(Smem::act) + sizeof(Smem::w),
+                  "the partials must fit in the ring's activation and weight slots");
+    const int ctid = threadIdx.x - kProducerThreads;
+    float4* partial = reinterpret_cast<float4*>(&sm);  // act, then w: contiguous from the start
+    named_barrier_sync<kSplitBarrier, kConsumerThreads>();  // nothing reads the ring any more
+#pragma unroll
+    for (int g = 0; g < kAccGroups; ++g) {
+      const float* a = &acc[g / (BN / 8)][4 * (g % (BN / 8))];
+      partial[g * kConsumerThreads + ctid] = make_float4(a[0], a[1], a[2], a[3]);
+    }
+    cluster_sync();  // every CTA's partials written
+#pragma unroll
+    for (int g = 0; g < kAccGroups; ++g) {
+      if (g % SPLIT_K != rank) continue;
+      float4 v = ld_shared_cluster_f4(&partial[g * kConsumerThreads + ctid], 0);
+#pragma unroll
+      for (int r = 1; r < SPLIT_K; ++r) {
+        const float4 o = ld_shared_cluster_f4(&partial[g * kConsumerThreads + ctid], r);
+        v.x += o.x, v.y += o.y, v.z += o.z, v.w += o.w;
+      }
+      store4(p, ctid, blockIdx.x, sm.out_row, g, v);
+    }
+    cluster_sync();  // no CTA leaves while another reads its partials
   }
 };
 

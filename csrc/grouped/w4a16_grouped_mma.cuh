@@ -84,8 +84,9 @@ __device__ int count_tiles_in_warp(const MoeParams& p) {
 }
 
 // One CTA per tile (the 4-warpgroup wgmma tile, whose registers leave no room for a tile loop):
-// CTA y locates row tile y itself.
-template <int ROUTING, class Tile>
+// CTA y locates row tile y itself; with SPLIT_K > 1, a cluster of SPLIT_K CTAs along z (the same
+// x, y: the same tile, the same early exit) splits its K (WgmmaTile::run).
+template <int ROUTING, class Tile, int SPLIT_K = 1>
 struct GroupedRows {
   static constexpr int kTok = Tile::kTok;
   static_assert(ROUTING == kContiguousRows || ROUTING == kContiguousOffsets || ROUTING == kMasked,
@@ -133,7 +134,7 @@ struct GroupedRows {
       sm.out_row[i] = valid ? row : -1;
     }
     __syncthreads();
-    Tile::run(p, sm, at.expert);
+    Tile::template run<SPLIT_K>(p, sm, at.expert);
   }
 };
 
@@ -174,10 +175,13 @@ struct GroupedMmaStreamK
 template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K>
 struct GroupedWgmmaStreamK : WgmmaStreamK<WM, BN, STAGES, BLOCK_K, GroupedRowTiles<ROUTING>::template Of> {};
 
-// 2 consumer warpgroups: whole tiles on at most one CTA an SM; 4: one CTA per tile.
-template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K, int CWG>
+// 2 consumer warpgroups: whole tiles on at most one CTA an SM; 4: one CTA per tile, or with
+// SPLIT_K > 1 one cluster of SPLIT_K CTAs per tile.
+template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K, int CWG, int SPLIT_K = 1>
 struct GroupedWgmma
     : std::conditional_t<CWG == 2, WgmmaTiles<WM, BN, STAGES, BLOCK_K, GroupedRowTiles<ROUTING>::template Of, CWG>,
-                         GroupedRows<ROUTING, WgmmaTile<WM, BN, STAGES, BLOCK_K, CWG>>> {};
+                         GroupedRows<ROUTING, WgmmaTile<WM, BN, STAGES, BLOCK_K, CWG>, SPLIT_K>> {
+  static_assert(CWG == 4 || SPLIT_K == 1, "the K split is for the one-CTA (4-warpgroup) tile");
+};
 
 }  // namespace chord

@@ -233,3 +233,65 @@ def test_streamk_decode_deterministic_and_locks_left_zero():
     experts = torch.repeat_interleave(torch.arange(e), counts).cuda()
     check(first[:5], ref_rows(a, codes, scale, torch.arange(5, device="cuda"), experts))
     assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), "a launch left a lock non-zero"
+
+
+@pytest.mark.parametrize("routing_name,expected_m", [("contiguous_offsets", 24), ("contiguous_offsets", 45),
+                                                     ("masked", 24)])
+@pytest.mark.parametrize("shape", ["ep8_gate_up", "ep32_down"])
+def test_split_k_cluster(shape, routing_name, expected_m, tile_family, monkeypatch):
+    """The one-CTA (4-warpgroup) tile, 512 x 32 and 512 x 56, with K split over a cluster of 2
+    CTAs (forced by CHORD_GROUPED_SPLIT_K): the reference on skewed counts (an empty expert,
+    experts over one tile), the same bits run to run (partials added in rank order), padding and
+    rows past the counts never written, and graph replays with the counts changed."""
+    from chord_kernels import ops
+
+    if tile_family != "auto":
+        pytest.skip("the K split is the one-CTA tile's")
+    split = "2"
+    monkeypatch.setenv("CHORD_GROUPED_SPLIT_K", split)
+    e, n, k = SHAPES[shape]
+    codes, scale, packed = weights(e, n, k, "masked" if routing_name == "masked" else "contiguous", seed=11)
+    seg = max_m = 2 * expected_m  # rows an expert (masked); the offsets form's buffer the same
+    rows = e * seg
+    a = torch.randn(rows, k, device="cuda").to(torch.bfloat16)
+    route = {"contiguous_offsets": torch.zeros(e + 1, dtype=torch.int64, device="cuda"),
+             "masked": torch.zeros(e, dtype=torch.int32, device="cuda")}[routing_name]
+    out = torch.empty(rows, n, dtype=torch.bfloat16, device="cuda")
+
+    def call():
+        if routing_name == "contiguous_offsets":
+            contiguous_offsets(a, packed, route, out, expected_m=expected_m)
+        else:
+            masked(a, packed, route, expected_m, out)
+
+    def set_counts(counts):  # -> (valid rows, their experts)
+        if routing_name == "contiguous_offsets":
+            route.copy_(routing.counts_to_offsets(counts.to(torch.int32)))
+            total = int(counts.sum())
+            return torch.arange(total, device="cuda"), torch.repeat_interleave(torch.arange(e), counts).cuda()
+        slot = torch.arange(seg)[None, :] < counts[:, None]  # [e, seg]
+        route.copy_(counts.to(torch.int32))
+        valid = slot.reshape(-1).nonzero().flatten().cuda()
+        return valid, valid // seg
+
+    call()  # warm up: compile + load outside the capture
+    plan = next(p for key, p in ops._grouped_plans.items() if key[-1] == split.encode())
+    assert plan[1].split_k == int(split) and plan[2][2] == int(split)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    for seed in (21, 22):
+        counts = counts_for(e, expected_m * e, skew=True, seed=seed).clamp_max(max_m)
+        counts[0] = 0  # an empty expert
+        valid, experts = set_counts(counts)
+        for replay in (graph.replay, call):  # captured, then eager
+            out.fill_(POISON)
+            replay()
+            torch.cuda.synchronize()
+            check(out[valid], ref_rows(a, codes, scale, valid, experts))
+            invalid = torch.ones(rows, dtype=torch.bool, device="cuda")
+            invalid[valid] = False
+            assert torch.isnan(out[invalid].float()).all(), "a padding row or a row past the counts was written"
+        first = out.clone()
+        call()
+        assert torch.equal(out[valid], first[valid]), "the K split's sums differ run to run"

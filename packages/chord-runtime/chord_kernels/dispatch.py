@@ -170,6 +170,8 @@ class Launch:
     # Whole tiles looped over by at most the resident CTAs (csrc/common/w4a16_wgmma_tiles.cuh):
     # the grid below is only the bound the loop may need, never launched as such.
     tile_loop: bool = False
+    # One-CTA tiles: CTAs a tile, a cluster along grid z splitting K (WgmmaTile::run); 1: none.
+    split_k: int = 1
 
     @property
     def persistent(self) -> bool:
@@ -179,7 +181,7 @@ class Launch:
         return -(-problem.block_m // self.rows_per_cta)
 
     def grid(self, problem: IndexedProblem, num_blocks: int) -> tuple[int, int, int]:
-        return (-(-problem.n // self.cols_per_cta), num_blocks * self.ctas_per_block(problem), 1)
+        return (-(-problem.n // self.cols_per_cta), num_blocks * self.ctas_per_block(problem), self.split_k)
 
 
 def indexed_simple(arch: str = DEFAULT_ARCH) -> Launch:
@@ -191,6 +193,7 @@ def indexed_simple(arch: str = DEFAULT_ARCH) -> Launch:
 
 
 SMEM_PER_SM = 227 * 1024  # usable shared memory per SM on H100/H200 (1 KB per CTA is reserved)
+H200_SMS = 132  # SMs of an H200 (H100 SXM too): the wave model's default; chord_kernels.ops passes the device's
 
 
 MMA_STAGED_EPILOGUE_MAX_TT = 4  # MmaTile::kStagedEpilogue: up to 32 rows the epilogue goes through shared memory
@@ -298,16 +301,17 @@ def wgmma_threads(cwg: int) -> int:
 
 
 def wgmma_launch(family: str, header: str, body: str, template_args: tuple, wm: int, bn: int, stages: int,
-                 arch: str, cwg: int = 2) -> Launch:
+                 arch: str, cwg: int = 2, split_k: int = 1) -> Launch:
     """A wgmma tile (csrc/common/w4a16_wgmma_tile.cuh) launch: a producer warpgroup and ``cwg``
     consumer warpgroups x ``wm`` m64 weight tiles, ``bn`` rows on WGMMA-N; one CTA per SM (its
     ring fills shared memory; with 2 consumer warpgroups they take 216 registers a thread, 200 on
     the stream-K schedule; with 4, 104 and 96). With 2 consumer warpgroups each CTA loops over
     whole tiles (csrc/common/w4a16_wgmma_tiles.cuh), with 4 it is one CTA per tile."""
     spec = KernelSpec(family=family, header=header, body=body, params_type="chord::MoeParams",
-                      template_args=template_args, threads=wgmma_threads(cwg), min_blocks_per_sm=1, arch=arch)
+                      template_args=template_args, threads=wgmma_threads(cwg), min_blocks_per_sm=1, arch=arch,
+                      cluster_z=split_k)
     return Launch(spec, rows_per_cta=bn, cols_per_cta=cwg * 64 * wm,
-                  smem_bytes=wgmma_smem_bytes(wm, bn, stages, cwg), tile_loop=cwg == 2)
+                  smem_bytes=wgmma_smem_bytes(wm, bn, stages, cwg), tile_loop=cwg == 2, split_k=split_k)
 
 
 def wgmma_streamk_launch(family: str, header: str, body: str, template_args: tuple, wm: int, bn: int, stages: int,
@@ -572,11 +576,15 @@ def grouped_tile_row_choices(routing: str) -> tuple[int, ...]:
 
 
 def grouped_wgmma(routing: str, wm: int, bn: int, stages: int, block_k: int, arch: str = DEFAULT_ARCH,
-                  cwg: int = 2) -> Launch:
-    """Grouped routing on the wgmma tile (the indexed family's tile, same launch shape)."""
-    return wgmma_launch("grouped_wgmma", "grouped/w4a16_grouped_mma.cuh", "chord::GroupedWgmma",
-                        (("ROUTING", GROUPED_ROUTINGS[routing]), ("WM", wm), ("BN", bn), ("STAGES", stages),
-                         ("BLOCK_K", block_k), ("CWG", cwg)), wm, bn, stages, arch, cwg)
+                  cwg: int = 2, split_k: int = 1) -> Launch:
+    """Grouped routing on the wgmma tile (the indexed family's tile, same launch shape); the
+    one-CTA (4-warpgroup) tile optionally split over K by a cluster of ``split_k`` CTAs."""
+    if split_k != 1 and (cwg != 4 or split_k not in SPLIT_K_CHOICES):
+        raise ValueError(f"split_k={split_k}: the K split is {SPLIT_K_CHOICES} CTAs of the 4-warpgroup tile")
+    targs = (("ROUTING", GROUPED_ROUTINGS[routing]), ("WM", wm), ("BN", bn), ("STAGES", stages),
+             ("BLOCK_K", block_k), ("CWG", cwg)) + ((("SPLIT_K", split_k),) if split_k > 1 else ())
+    return wgmma_launch("grouped_wgmma", "grouped/w4a16_grouped_mma.cuh", "chord::GroupedWgmma", targs, wm, bn,
+                        stages, arch, cwg, split_k)
 
 
 def grouped_wgmma_streamk(routing: str, wm: int, bn: int, stages: int, block_k: int,
@@ -596,15 +604,53 @@ def grouped_mma_streamk(routing: str, nt: int, tt: int, stage_k: int, block_k: i
                           nt, tt, stage_k, stages, arch)
 
 
-def grouped_launch(routing: str, n: int, k: int, rows: int, block_k: int, arch: str = DEFAULT_ARCH) -> Launch:
+# The K split of the one-CTA tile (grouped-kernels.md v10): CTAs a tile, chosen by a wave model
+# where it was measured to pay. Clusters of 4 were slower than 2 at 10 of 11 points measured.
+SPLIT_K_CHOICES = (1, 2)
+SPLIT_K_MIN_STAGES = 8  # K stages (64 columns) a CTA at least (what the kernel is tested with)
+# The dispatch splits only deep K (gate_up, K 7168 = 112 stages): on K 2048 the split lost at
+# every point (EP32 T=64 down 75 -> 100 µs), ...
+SPLIT_K_AUTO_MIN_STAGES = 64
+# ... and only tiles that hold a stage's weight words in registers (the 512 x 32 tile): the 512 x
+# 56 tile (per-step operand loads) lost where the wave model promised most (EP16 T=128 gate_up
+# 224 -> 234 µs, predicted ~175; not understood yet, v10).
+# A CTA's cost beyond its K stages, in stages (~0.8-1 µs each): the ring's fill, the partials'
+# exchange through distributed shared memory, the epilogue; fitted on EP16 T=64 gate_up (v10).
+SPLIT_K_FIXED_STAGES = 8
+
+
+def split_k_choices(k: int, block_k: int) -> tuple[int, ...]:
+    """The K splits a weight allows: every CTA at least SPLIT_K_MIN_STAGES whole stages, whole
+    BLOCK_K-128 blocks (the tile copies a block's two stages as a pair)."""
+    stages = k // WGMMA_STAGE_K
+    unit = 2 if block_k == 128 else 1
+    return tuple(s for s in SPLIT_K_CHOICES
+                 if s == 1 or (stages % (s * unit) == 0 and stages // s >= SPLIT_K_MIN_STAGES))
+
+
+def wave_split_k(tiles: int, stages: int, sms: int, choices: tuple[int, ...] = SPLIT_K_CHOICES) -> int:
+    """CTAs a tile for ``tiles`` one-CTA tiles of ``stages`` K stages on ``sms`` SMs (one CTA an
+    SM): the split whose waves (ceil(split * tiles / sms), each stages / split +
+    SPLIT_K_FIXED_STAGES long) end first; ties to the smaller split. 192 tiles of 112 stages on
+    132 SMs: 2 waves x 120 unsplit, 3 x 64 split in two (-20 %; measured -11 to -15 %)."""
+    def cost(split: int) -> tuple[float, int]:
+        return -(-split * tiles // sms) * (stages / split + SPLIT_K_FIXED_STAGES), split
+    return min(choices, key=cost)
+
+
+def grouped_launch(routing: str, n: int, k: int, rows: int, block_k: int, arch: str = DEFAULT_ARCH,
+                   split_k: int = 1) -> Launch:
     """The grouped kernel for a tile of ``rows`` (grouped_tile_rows), by the indexed family's
-    rules (mid_batch_family, then auto_tile_family) and shapes."""
+    rules (mid_batch_family, then auto_tile_family) and shapes; ``split_k`` CTAs a tile where it
+    is the one-CTA tile (grouped_split_k)."""
     # 17-32-row tiles on the 4-warpgroup tile: EP8 T=128 contiguous 526 -> 456 µs, masked
     # 754 -> 595 (docs/design/grouped-kernels.md v4).
     family = mid_batch_family(rows, n, k) or auto_tile_family(rows, k)
     if family == "wgmma":
         cfg = grouped_wgmma_shape(n, rows, block_k)
-        return grouped_wgmma(routing, cfg["WM"], cfg["BN"], cfg["STAGES"], block_k, arch, cfg["CWG"])
+        return grouped_wgmma(routing, cfg["WM"], cfg["BN"], cfg["STAGES"], block_k, arch, cfg["CWG"], split_k)
+    if split_k != 1:
+        raise ValueError(f"split_k={split_k}: only the one-CTA wgmma tile splits K ({rows}-row tiles run {family})")
     if family == "wgmma_sk":
         # At most 64 rows a tile: with 128, the offsets/masked producer (its warp scan for the tile
         # plus two row tiles' indices) spilled. Short K only; no Kimi EP shape reaches it.
@@ -618,14 +664,55 @@ def grouped_launch(routing: str, n: int, k: int, rows: int, block_k: int, arch: 
     raise ValueError(f"grouped tiles of {rows} rows: no grouped kernel (grouped_tile_rows gives 8-128)")
 
 
-def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH) -> Launch:
-    """Grouped dispatch owns its layout search: no block_m or tuning overrides (by design)."""
+def splits_k(launch: Launch) -> bool:
+    """The one-CTA tile: the launches a K split applies to (CHORD_GROUPED_SPLIT_K may force it)."""
+    return launch.spec.family == "grouped_wgmma" and launch.spec.config["CWG"] == 4
+
+
+def auto_splits_k(launch: Launch, k: int) -> bool:
+    """Where the dispatch itself considers a split: deep K, no per-step operand loads."""
+    return (splits_k(launch) and k // WGMMA_STAGE_K >= SPLIT_K_AUTO_MIN_STAGES
+            and not wgmma_loads_operands_per_step(launch.spec.config))
+
+
+def grouped_split_k(problem: GroupedProblem, launch: Launch, sms: int, override: str = "auto") -> int:
+    """CTAs a tile for ``launch`` (unsplit): the wave model on the expected tiles (experts x
+    ceil(expected rows / tile rows) x column tiles), or the CHORD_GROUPED_SPLIT_K override (any
+    split the kernel and K allow)."""
+    choices = split_k_choices(problem.k, problem.block_k) if splits_k(launch) else (1,)
+    if override not in ("", "auto"):
+        if not override.isdigit() or int(override) not in choices:
+            raise ValueError(f"CHORD_GROUPED_SPLIT_K={override!r}: {launch.spec.describe()} on K={problem.k} takes "
+                             f"auto or one of {', '.join(map(str, choices))}")
+        return int(override)
+    if not auto_splits_k(launch, problem.k):
+        return 1
+    tiles = (problem.num_experts * -(-problem.rows_per_expert // launch.rows_per_cta)
+             * -(-problem.n // launch.cols_per_cta))
+    return wave_split_k(tiles, problem.k // WGMMA_STAGE_K, sms, choices)
+
+
+def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int = H200_SMS,
+                   split_override: str = "auto") -> Launch:
+    """Grouped dispatch owns its layout search: no block_m or tuning overrides (by design); the
+    K split of the one-CTA tile takes CHORD_GROUPED_SPLIT_K (``split_override``) for experiments."""
     if problem.routing not in GROUPED_ROUTINGS:
         raise ValueError(f"unknown grouped routing {problem.routing!r}")
-    launch = grouped_launch(problem.routing, problem.n, problem.k,
-                            grouped_tile_rows(problem.rows_per_expert, problem.routing), problem.block_k, arch)
+    rows = grouped_tile_rows(problem.rows_per_expert, problem.routing)
+    launch = grouped_launch(problem.routing, problem.n, problem.k, rows, problem.block_k, arch)
+    split = grouped_split_k(problem, launch, sms, split_override)
+    if split > 1:
+        launch = grouped_launch(problem.routing, problem.n, problem.k, rows, problem.block_k, arch, split)
     report_choice(problem, launch.spec)
     return launch
+
+
+def grouped_launch_variants(routing: str, n: int, k: int, rows: int, block_k: int,
+                            arch: str = DEFAULT_ARCH) -> list[Launch]:
+    """grouped_launch and every K split of it that select_grouped can pick on this K."""
+    launch = grouped_launch(routing, n, k, rows, block_k, arch)
+    splits = split_k_choices(k, block_k)[1:] if splits_k(launch) else ()
+    return [launch] + [grouped_launch(routing, n, k, rows, block_k, arch, s) for s in splits]
 
 
 def grouped_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
@@ -638,8 +725,8 @@ def grouped_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
                     if k % block_k:
                         continue
                     for rows in grouped_tile_row_choices(routing):
-                        launch = grouped_launch(routing, n, k, rows, block_k, arch)
-                        seen.setdefault(launch.spec.symbol, launch)
+                        for launch in grouped_launch_variants(routing, n, k, rows, block_k, arch):
+                            seen.setdefault(launch.spec.symbol, launch)
     return list(seen.values())
 
 

@@ -38,7 +38,9 @@ INDEXED_KERNEL = "CHORD_W4A16_INDEXED_KERNEL"
 TUNING = "CHORD_W4A16_TUNING"
 BLOCK_M = "CHORD_W4A16_BLOCK_M"
 PRINT_CONFIGS = "CHORD_PRINT_CONFIGS"
-_KEYS = {name: name.encode() for name in (VALIDATE_ROUTING, INDEXED_KERNEL, TUNING, BLOCK_M, PRINT_CONFIGS)}
+GROUPED_SPLIT_K = "CHORD_GROUPED_SPLIT_K"
+_KEYS = {name: name.encode() for name in (VALIDATE_ROUTING, INDEXED_KERNEL, TUNING, BLOCK_M, PRINT_CONFIGS,
+                                          GROUPED_SPLIT_K)}
 
 
 _FLAG_VALUES: dict = {}  # raw value -> bool: a switch read per call decodes each value once

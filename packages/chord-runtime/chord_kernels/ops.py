@@ -10,6 +10,7 @@ entry point can be captured in a CUDA graph.
 
 from __future__ import annotations
 
+import functools
 import struct
 
 import torch
@@ -121,6 +122,11 @@ def _launch_grid(kernel: LoadedKernel, launch: Launch, device: torch.device, k: 
         return grid, _streamk_scratch(launch, device, grid[0])
     _check_grid(tiled, what)
     return tiled, (0, 0)
+
+
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
 def _resident_ctas(kernel: LoadedKernel, launch: Launch, device: torch.device) -> int:
@@ -276,7 +282,7 @@ def _grouped_checks(routing_name: str, a: torch.Tensor, packed: PackedW4A16, rou
 
 
 def _grouped_plan(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route: torch.Tensor,
-                  out: torch.Tensor, expected_m) -> tuple:
+                  out: torch.Tensor, expected_m, split_override: str = "auto") -> tuple:
     """Every check and decision that depends only on the call's signature, done once per
     signature (the dict in :func:`_grouped_cuda` memoizes it): the entry point's checks, the
     operand checks, devices, the problem, the kernel choice and its loaded function, the grid
@@ -298,7 +304,7 @@ def _grouped_plan(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
         rows_per_expert = expected_m
     device_index = _device_index(a.device)
     problem = GroupedProblem(routing_name, n, k, e, max(1, rows_per_expert), packed.block_k)
-    launch = select_grouped(problem, kernel_arch(device_index))
+    launch = select_grouped(problem, kernel_arch(device_index), _sm_count(device_index), split_override)
     kernel = _load(launch, a.device)
     tile = launch.rows_per_cta
     ints = dict(num_routes=rows, n=n, k=k, num_experts=e)
@@ -310,7 +316,7 @@ def _grouped_plan(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
         max_m = rows // e
         ints.update(ctas_per_block=-(-max_m // tile), max_m=max_m)
         grid_y = e * ints["ctas_per_block"]
-    grid, scratch = _launch_grid(kernel, launch, a.device, k, (-(-n // launch.cols_per_cta), grid_y, 1),
+    grid, scratch = _launch_grid(kernel, launch, a.device, k, (-(-n // launch.cols_per_cta), grid_y, launch.split_k),
                                  f"{routing_name} over {rows} rows of a in tiles of {tile} rows ({e} experts)")
     # A flat copy (a 3-D input that is no view of [rows, K]) is contiguous: its row stride is K.
     lda = k if flat_copy else a2.stride(0)
@@ -327,10 +333,11 @@ def _grouped_cuda(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
     qw = packed.qweight
     key = (routing_name, a.shape, a.stride(), a.dtype, a.get_device(), qw.shape, qw.get_device(), packed.block_k,
            route.shape, route.dtype, route.get_device(), out.shape, out.stride(), out.dtype, out.get_device(),
-           expected_m)
+           expected_m, env.raw(env.GROUPED_SPLIT_K))
     plan = _grouped_plans.get(key)
     if plan is None:
-        plan = _grouped_plans[key] = _grouped_plan(routing_name, a, packed, route, out, expected_m)
+        plan = _grouped_plans[key] = _grouped_plan(routing_name, a, packed, route, out, expected_m,
+                                                   env.text(key[-1], "auto"))
     kernel, launch, grid, block, flat_copy, slot, tail, device_index = plan
     if flat_copy:
         a = a.reshape(-1, a.shape[-1])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .dispatch import (
     GROUPED_ROUTINGS,
-    grouped_launch,
+    grouped_launch_variants,
     grouped_reachable_launches,
     grouped_tile_row_choices,
     indexed_profile_launches,
@@ -36,7 +36,7 @@ def _grouped_specs(n: int, k: int, arch: str) -> list[KernelSpec]:
     for routing in GROUPED_ROUTINGS:
         block_k = BLOCK_K_BY_MODE["masked" if routing == "masked" else "contiguous"]
         for rows in grouped_tile_row_choices(routing):
-            specs.append(grouped_launch(routing, n, k, rows, block_k, arch).spec)
+            specs += [launch.spec for launch in grouped_launch_variants(routing, n, k, rows, block_k, arch)]
     return specs
 
 

@@ -25,6 +25,9 @@ class KernelSpec:
     min_blocks_per_sm: int = 1  # __launch_bounds__ occupancy target (caps registers)
     arch: str = DEFAULT_ARCH
     extra_flags: tuple[str, ...] = ()
+    # CTAs a cluster along z (compile-time __cluster_dims__: an ordinary launch runs the grid in
+    # clusters; gridDim.z must be a multiple). 1: no cluster.
+    cluster_z: int = 1
 
     @property
     def symbol(self) -> str:
@@ -37,9 +40,10 @@ class KernelSpec:
 
     def source(self) -> str:
         targs = ", ".join(str(v) for _, v in self.template_args)
+        cluster = f"__cluster_dims__(1, 1, {self.cluster_z}) " if self.cluster_z > 1 else ""
         return (
             f'#include "{self.header}"\n\n'
-            f'extern "C" __global__ void __launch_bounds__({self.threads}, {self.min_blocks_per_sm})\n'
+            f'extern "C" __global__ void {cluster}__launch_bounds__({self.threads}, {self.min_blocks_per_sm})\n'
             f"{self.symbol}(const __grid_constant__ {self.params_type} params) {{\n"
             f"  {self.body}<{targs}>::run(params);\n"
             f"}}\n"
@@ -47,4 +51,5 @@ class KernelSpec:
 
     def describe(self) -> str:
         cfg = ", ".join(f"{k}={v}" for k, v in self.template_args)
-        return f"{self.family}[{cfg}] threads={self.threads}x{self.min_blocks_per_sm}/SM arch={self.arch}"
+        cluster = f" cluster=1x1x{self.cluster_z}" if self.cluster_z > 1 else ""
+        return f"{self.family}[{cfg}] threads={self.threads}x{self.min_blocks_per_sm}/SM{cluster} arch={self.arch}"
