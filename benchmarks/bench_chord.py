@@ -107,7 +107,7 @@ def grouped_expected_m(path: str, layout: common.GroupedLayout, point) -> int:
 def grouped_config(path: str, n: int, k: int, num_experts: int, expected_m: int, device: torch.device) -> str:
     """The grouped kernel Chord's dispatch picks (the pure function the entry points use)."""
     try:
-        from chord_kernels import dispatch
+        from chord_kernels import dispatch, env
         from chord_kernels.device import kernel_arch
         from chord_kernels.layouts import BLOCK_K_BY_MODE
 
@@ -115,7 +115,7 @@ def grouped_config(path: str, n: int, k: int, num_experts: int, expected_m: int,
         index = device.index if device.index is not None else torch.cuda.current_device()
         problem = dispatch.GroupedProblem(routing_name, n, k, num_experts, max(1, expected_m), BLOCK_K_BY_MODE[mode])
         sms = torch.cuda.get_device_properties(index).multi_processor_count
-        launch = dispatch.select_grouped(problem, kernel_arch(index), sms, os.environ.get("CHORD_GROUPED_SPLIT_K", "auto"))
+        launch = dispatch.select_grouped(problem, kernel_arch(index), sms, env.get(env.GROUPED_SPLIT_K, "auto"))
         return f"{launch.spec.describe()} tile={launch.rows_per_cta}x{launch.cols_per_cta} em={expected_m}"
     except Exception as exc:  # describing must never fail a measurement
         return f"em={expected_m} (config unknown: {type(exc).__name__}: {exc})"

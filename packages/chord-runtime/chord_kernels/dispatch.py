@@ -306,7 +306,8 @@ def wgmma_launch(family: str, header: str, body: str, template_args: tuple, wm: 
     consumer warpgroups x ``wm`` m64 weight tiles, ``bn`` rows on WGMMA-N; one CTA per SM (its
     ring fills shared memory; with 2 consumer warpgroups they take 216 registers a thread, 200 on
     the stream-K schedule; with 4, 104 and 96). With 2 consumer warpgroups each CTA loops over
-    whole tiles (csrc/common/w4a16_wgmma_tiles.cuh), with 4 it is one CTA per tile."""
+    whole tiles (csrc/common/w4a16_wgmma_tiles.cuh), with 4 it is one CTA per tile, or with
+    ``split_k`` > 1 one cluster of ``split_k`` CTAs per tile (grid z)."""
     spec = KernelSpec(family=family, header=header, body=body, params_type="chord::MoeParams",
                       template_args=template_args, threads=wgmma_threads(cwg), min_blocks_per_sm=1, arch=arch,
                       cluster_z=split_k)
@@ -612,8 +613,9 @@ SPLIT_K_MIN_STAGES = 8  # K stages (64 columns) a CTA at least (what the kernel 
 # every point (EP32 T=64 down 75 -> 100 µs), ...
 SPLIT_K_AUTO_MIN_STAGES = 64
 # ... and only tiles that hold a stage's weight words in registers (the 512 x 32 tile): the 512 x
-# 56 tile (per-step operand loads) lost where the wave model promised most (EP16 T=128 gate_up
-# 224 -> 234 µs, predicted ~175; not understood yet, v10).
+# 56 tile lost where the wave model promised most (EP16 T=128 gate_up 224 -> 234 µs, predicted
+# ~175): the split doubles the over-allocated grid's empty CTAs, which the unsplit partial last
+# wave used to hide (ncu, v10).
 # A CTA's cost beyond its K stages, in stages (~0.8-1 µs each): the ring's fill, the partials'
 # exchange through distributed shared memory, the epilogue; fitted on EP16 T=64 gate_up (v10).
 SPLIT_K_FIXED_STAGES = 8
