@@ -40,9 +40,10 @@ struct WgmmaStreamK {
   using Fixup = StreamKFixup<kConsumerThreads, kAcc>;
   // The producer walks the schedule and keeps two row tiles' indices: it needs more registers
   // than the one-tile producer (at 64-88 it spilled), the consumers a little fewer. With 4
-  // consumer warpgroups everyone keeps the launch's 96 (nothing to hand over).
-  static constexpr int kProducerRegs = CWG == 2 ? 104 : Tile::kLaunchRegs;
-  static constexpr int kConsumerRegs = CWG == 2 ? 200 : Tile::kLaunchRegs;
+  // consumer warpgroups (reached only by CHORD_W4A16_TUNING) the one-CTA tile's 64/104: at the
+  // launch's 96 for both the consumers spill 138 bytes, at 64/104 the producer 32 (v21).
+  static constexpr int kProducerRegs = CWG == 2 ? 104 : 64;
+  static constexpr int kConsumerRegs = CWG == 2 ? 200 : 104;
 
   // The host keeps row tiles x column tiles x stages under 2^31 (chord_kernels/ops.py).
   __device__ static void run(const MoeParams& p) {
@@ -77,12 +78,14 @@ struct WgmmaStreamK {
     auto fetch = [&](int row_tile) { return row_ids(p, row_tile); };
     RowTilesAhead<RowIds> rows(ld, w, fetch);
     typename Tile::Sources src;
-    typename Tile::RowIndex act;  // row math per stage: tiles here can be 4 stages (Tile::RowIndex)
+    typename Tile::RowPointers act;  // built per tile (Tile::RowPointers)
     auto new_tile = [&]() {
       const RowIds& cur = rows.cur;
       if (cur.expert >= 0) src = Tile::sources(p, cur.expert, ld.col);
+      typename Tile::RowIndex idx;
 #pragma unroll
-      for (int i = 0; i < kActPerThread; ++i) act.row[i] = cur.route[i] >= 0 ? (int32_t)Rows::a_row(p, cur.route[i]) : -1;
+      for (int i = 0; i < kActPerThread; ++i) idx.row[i] = cur.route[i] >= 0 ? (int32_t)Rows::a_row(p, cur.route[i]) : -1;
+      act = typename Tile::RowPointers(p, idx);
     };
     new_tile();
     for (int it = 0; it < iterations; ++it) {

@@ -146,9 +146,11 @@ struct WgmmaTile {
         [&] { consume<SPLIT_K>(p, sm, rank * stages, stages, rank); });
   }
 
-  // n-tile of consumer warp `cwarp` (0..4*CWG-1), m64 tile m, in CTA column tile `col_tile`.
+  // n-tile of consumer warp `cwarp` (0..4*CWG-1), m64 tile m, inside a CTA column tile, and in
+  // CTA column tile `col_tile`.
+  __host__ __device__ static constexpr int tile_in_cta(int cwarp, int m) { return ((cwarp / 4) * WM + m) * 4 + cwarp % 4; }
   __device__ __forceinline__ static int tile_of(int col_tile, int cwarp, int m) {
-    return col_tile * (kRows / kTile) + ((cwarp / 4) * WM + m) * 4 + cwarp % 4;
+    return col_tile * (kRows / kTile) + tile_in_cta(cwarp, m);
   }
 
   // The producer's per-stage work is address arithmetic plus one cp.async per 16 bytes, on one
@@ -195,14 +197,37 @@ struct WgmmaTile {
     }
   }
 
-  // A producer thread's weight and scale sources for one (expert, CTA column tile). Weights:
-  // chunk c = tid + 128 i is consumer warp c / (32 WM), m64 tile (c / 32) % WM, lane c % 32, as
-  // int32 offsets inside the expert's weights (N*K/8 words: keeps the producer's registers few).
+  // A producer thread's weight chunks are c = tid + 128 i: consumer warp c / (32 WM), m64 tile
+  // (c / 32) % WM, lane c % 32. 128 threads are whole runs of 32 lanes per (warp, m64 tile), so
+  // chunk i sits kChunkTiles(i) n-tiles after chunk 0, the same for every thread: the producer
+  // keeps one pointer and adds compile-time multiples of the n-tile stride (the per-chunk 64-bit
+  // offset math was half of the stream-K producer's instructions a stage, and that producer fed
+  // its consumers too slowly: ncu, docs/design/indexed-kernels.md v21).
+  static constexpr int kChunkWarpStep = kProducerThreads / (WM * 32);
+  __host__ __device__ static constexpr int chunk_tiles(int i) { return tile_in_cta(kChunkWarpStep * i, 0); }
+  __host__ __device__ static constexpr bool chunk_tiles_hold() {
+    for (int cw0 = 0; cw0 < kChunkWarpStep; ++cw0)
+      for (int m = 0; m < WM; ++m)
+        for (int i = 0; i < kWeightPerThread; ++i)
+          if (tile_in_cta(cw0 + kChunkWarpStep * i, m) - tile_in_cta(cw0, m) != chunk_tiles(i) ||
+              (i > 0 && chunk_tiles(i) <= chunk_tiles(i - 1)))
+            return false;
+    return true;
+  }
+  static_assert(kProducerThreads % (WM * 32) == 0 && chunk_tiles_hold(), "weight chunks i are chunk 0 plus fixed n-tiles");
+
+  // A producer thread's weight and scale sources for one (expert, CTA column tile). Weights: its
+  // chunk 0 at stage 0 and the n-tile stride (see kChunkWarpStep). Chunks past N (the column tile
+  // crossing the end of N) are zero-filled and never stored.
   struct Sources {
-    const int32_t* w_expert;
-    int32_t w_word[kWeightPerThread];
+    const char* w_chunk0;
+    int w_tile_bytes;  // between the same lane's chunks of consecutive n-tiles
+    int w_tiles_left;  // n-tiles from chunk 0's to the end of N: chunk i exists iff chunk_tiles(i) < this
     const __nv_bfloat16* scale;  // this thread's 8 scales of stage 0
     int scale_bytes;             // 16, or 0: past N or no chunk (zero-filled)
+    __device__ __forceinline__ bool all_chunks() const { return w_tiles_left > chunk_tiles(kWeightPerThread - 1); }
+    __device__ __forceinline__ bool has_chunk(int i) const { return chunk_tiles(i) < w_tiles_left; }
+    __device__ __forceinline__ const char* chunk(const char* w0, int i) const { return w0 + chunk_tiles(i) * w_tile_bytes; }
   };
 
   enum WeightCopy { kByOwner, kWholeBlocks };  // see weight_chunk
@@ -211,15 +236,13 @@ struct WgmmaTile {
     const int tid = threadIdx.x;
     const int n_tiles = p.n / kTile, k_blocks = p.k / BLOCK_K, k_groups = p.k / kGroupSize;
     Sources src;
-    src.w_expert = p.qweight + fragment_chunk_word<BLOCK_K>(expert, 0, 0, 0, n_tiles, k_blocks);
-#pragma unroll
-    for (int i = 0; i < kWeightPerThread; ++i) {
-      const int c = tid + kProducerThreads * i;
-      const int tile = min(tile_of(col_tile, c / (WM * 32), (c / 32) % WM), n_tiles - 1);  // clamp: never stored
-      // by owner: lane c % 32's chunk of the stage; whole blocks: chunk c % 32 of the block
-      const BlockChunk at = kCopy == kWholeBlocks ? block_chunk<BLOCK_K>(c % 32) : BlockChunk{c % 32, 0};
-      src.w_word[i] = (int32_t)fragment_chunk_word<BLOCK_K>(0, tile, at.sub, at.lane, n_tiles, k_blocks);
-    }
+    const int tile0 = tile_of(col_tile, tid / (WM * 32), (tid / 32) % WM);
+    // by owner: lane tid % 32's chunk of the stage; whole blocks: chunk tid % 32 of the block
+    const BlockChunk at = kCopy == kWholeBlocks ? block_chunk<BLOCK_K>(tid % 32) : BlockChunk{tid % 32, 0};
+    src.w_chunk0 = reinterpret_cast<const char*>(
+        p.qweight + fragment_chunk_word<BLOCK_K>(expert, min(tile0, n_tiles - 1), at.sub, at.lane, n_tiles, k_blocks));
+    src.w_tile_bytes = k_blocks * 32 * (BLOCK_K / kTile) * (int)sizeof(int32_t);
+    src.w_tiles_left = n_tiles - tile0;
     // Scales: thread tid < kScaleChunks copies 8 scales of group tid / (kRows / 8).
     const int row0 = col_tile * kRows;
     const int s_grp = tid / (kRows / 8), s_col = (tid % (kRows / 8)) * 8;
@@ -229,12 +252,10 @@ struct WgmmaTile {
     return src;
   }
 
-  // A producer thread's activation rows of one tile (tile rows act_row_of(tid, i)), two ways to
-  // find a stage's chunk of row i. RowIndex keeps the row numbers and does the 64-bit row math
-  // every stage; RowPointers builds the pointers once per tile. Measured (v13, H200, same-run
-  // A/B): pointers win where a tile has many stages (one-CTA tiles: EP8 T=8192 down 3956 -> 3762
-  // µs), the row math where tiles are short and switch often (stream-K at K=256: TP8 skewed
-  // T=2048 down 508 -> 493; building pointers at each tile switch delays the next copies).
+  // A producer thread's activation rows of one tile (tile rows act_row_of(tid, i)): RowIndex keeps
+  // the row numbers, RowPointers the stage-0 chunk pointers built from them once per tile (every
+  // schedule: the 64-bit row math per stage was measured slower on long K, v13, and on the
+  // stream-K schedule it made the producer too slow to keep the ring full, v21).
   struct RowIndex {
     int32_t row[kActPerThread];  // -1: no row (zero-filled)
     __device__ __forceinline__ bool present(int i) const { return row[i] >= 0; }
@@ -245,6 +266,7 @@ struct WgmmaTile {
   struct RowPointers {
     const __nv_bfloat16* row[kActPerThread];
     uint32_t present_bits;
+    RowPointers() = default;
     __device__ __forceinline__ RowPointers(const MoeParams& p, const RowIndex& idx) : present_bits(0) {
 #pragma unroll
       for (int i = 0; i < kActPerThread; ++i) {
@@ -263,12 +285,15 @@ struct WgmmaTile {
   template <class Rows>
   __device__ __forceinline__ static void load_stage(const MoeParams& p, Smem& sm, int slot, const Sources& src,
                                                     const Rows& rows, int s) {
-    const int tid = threadIdx.x;
-    const int64_t w_off = stage_words(s);
+    const char* w0 = src.w_chunk0 + stage_words(s) * (int64_t)sizeof(int32_t);
+    uint4* dst = &sm.w[slot][0][0][0] + threadIdx.x;  // chunk c's place [c / (32 WM)][(c / 32) % WM][c % 32] is c
+    if (src.all_chunks()) {
 #pragma unroll
-    for (int i = 0; i < kWeightPerThread; ++i) {
-      const int c = tid + kProducerThreads * i;
-      cp_async_16(&sm.w[slot][c / (WM * 32)][(c / 32) % WM][c % 32], src.w_expert + src.w_word[i] + w_off, 16);
+      for (int i = 0; i < kWeightPerThread; ++i) cp_async_16(dst + kProducerThreads * i, src.chunk(w0, i), 16);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kWeightPerThread; ++i)
+        cp_async_16(dst + kProducerThreads * i, src.has_chunk(i) ? src.chunk(w0, i) : w0, src.has_chunk(i) ? 16 : 0);
     }
     load_scales_acts(p, sm, slot, src, rows, s);
   }
@@ -293,14 +318,18 @@ struct WgmmaTile {
   __device__ __forceinline__ static void load_block_pair(const MoeParams& p, Smem& sm, int slot, const Sources& src,
                                                          const Rows& rows, int s0) {
     const int tid = threadIdx.x;
-    const int64_t w_off = stage_words(s0);
-    uint4* pair = &sm.w[slot][0][0][0];
+    const char* w0 = src.w_chunk0 + stage_words(s0) * (int64_t)sizeof(int32_t);
+    // chunk c = tid + 128 i at 64 (c / 32) + 32 q + c % 32 of the slot pair
+    uint4* pair = &sm.w[slot][0][0][0] + (tid / 32) * 64 + tid % 32;
+    constexpr int kHalf = 32 * 4 * (int)sizeof(int32_t);  // the block's second stage: 32 lanes' 16 bytes on
+    const bool all = src.all_chunks();
 #pragma unroll
     for (int i = 0; i < kWeightPerThread; ++i) {
-      const int c = tid + kProducerThreads * i;
+      const bool real = all || src.has_chunk(i);
 #pragma unroll
       for (int q = 0; q < 2; ++q)
-        cp_async_16(pair + (c / 32) * 64 + q * 32 + c % 32, src.w_expert + src.w_word[i] + w_off + q * 32 * 4, 16);
+        cp_async_16(pair + (kProducerThreads / 32) * 64 * i + q * 32, real ? src.chunk(w0, i) + q * kHalf : w0,
+                    real ? 16 : 0);
     }
 #pragma unroll
     for (int q = 0; q < 2; ++q) load_scales_acts(p, sm, slot + q, src, rows, s0 + q);
