@@ -49,6 +49,9 @@ def test_seed_api_modes_and_errors():
         layouts.pack_w4a16(codes[:, :40], scale[:, :40], "indexed")
     with pytest.raises(ValueError, match="K=192 must be a multiple of BLOCK_K=128"):
         layouts.pack_w4a16(codes[..., :192], scale[..., :6], "masked")
+    # the kernels index an expert's scales in int32: checked from the shape, before packing anything
+    with pytest.raises(ValueError, match=r"N=65536, K=1048576: .* over 2\^31 - 1: not supported"):
+        layouts.check_problem_dims(65536, 1048576, 64)
 
 
 @pytest.mark.parametrize("mode", layouts.MODES)

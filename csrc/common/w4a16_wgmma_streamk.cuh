@@ -91,7 +91,7 @@ struct WgmmaStreamK {
     for (int it = 0; it < iterations; ++it) {
       const int slot = ld.slot;
       if (it >= STAGES) mbarrier_wait(&sm.empty[slot], ld.phase ^ 1);  // the slot's previous use released
-      if (tid % 8 == 0)
+      if (tid % 8 == 0 && ld.s + 1 == ld.s_end)  // the tile's epilogue reads its last slot's row ids
 #pragma unroll
         for (int i = 0; i < kActPerThread; ++i)
           if (Tile::act_row_in_tile(tid, i)) sm.route[slot][Tile::act_row_of(tid, i)] = rows.cur.route[i];

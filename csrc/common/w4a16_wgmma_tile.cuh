@@ -227,7 +227,10 @@ struct WgmmaTile {
     int scale_bytes;             // 16, or 0: past N or no chunk (zero-filled)
     __device__ __forceinline__ bool all_chunks() const { return w_tiles_left > chunk_tiles(kWeightPerThread - 1); }
     __device__ __forceinline__ bool has_chunk(int i) const { return chunk_tiles(i) < w_tiles_left; }
-    __device__ __forceinline__ const char* chunk(const char* w0, int i) const { return w0 + chunk_tiles(i) * w_tile_bytes; }
+    // one IMAD.WIDE.U32 a chunk: the stride times a compile-time count, added to the 64-bit pointer
+    __device__ __forceinline__ const char* chunk(const char* w0, int i) const {
+      return w0 + (uint64_t)(uint32_t)w_tile_bytes * (uint32_t)chunk_tiles(i);
+    }
   };
 
   enum WeightCopy { kByOwner, kWholeBlocks };  // see weight_chunk
@@ -304,7 +307,7 @@ struct WgmmaTile {
     const int tid = threadIdx.x;
     if (tid < kScaleChunks)
       cp_async_16(&sm.scale[slot][tid / (kRows / 8)][(tid % (kRows / 8)) * 8],
-                  src.scale + (int64_t)s * kGroupsPerStage * p.n, src.scale_bytes);
+                  src.scale + s * (kGroupsPerStage * p.n), src.scale_bytes);  // int: an expert's scales < 2^31
     unsigned char* dst = reinterpret_cast<unsigned char*>(sm.act[slot]) + sw128_offset(act_row_of(tid, 0), tid % 8);
 #pragma unroll
     for (int i = 0; i < kActPerThread; ++i)

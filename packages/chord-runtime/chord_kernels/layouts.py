@@ -96,8 +96,13 @@ def check_packed(mode: str, qweight: torch.Tensor, scale: torch.Tensor, block_k:
     if qweight.dim() != 5 or qweight.shape[3] != LANES or qweight.shape[4] != block_k // TILE:
         raise ValueError(f"qweight has shape {tuple(qweight.shape)}; expected [E, N/16, K/{block_k}, 32, {block_k // TILE}]")
     e, n, k = qweight.shape[0], qweight.shape[1] * TILE, qweight.shape[2] * block_k
+    check_problem_dims(n, k, block_k)
     if scale.dtype != torch.bfloat16 or tuple(scale.shape) != (e, k // GROUP_SIZE, n):
         raise ValueError(f"scale has shape {tuple(scale.shape)} and dtype {scale.dtype}; expected bf16 {(e, k // GROUP_SIZE, n)}")
+
+
+# The kernels index one expert's scales (and a stage's weight offsets) in int32.
+MAX_SCALES_PER_EXPERT = 2**31 - 1
 
 
 def check_problem_dims(n: int, k: int, block_k: int) -> None:
@@ -105,6 +110,8 @@ def check_problem_dims(n: int, k: int, block_k: int) -> None:
         raise ValueError(f"N={n} must be a multiple of {TILE}")
     if k % block_k:
         raise ValueError(f"K={k} must be a multiple of BLOCK_K={block_k}")
+    if n * (k // GROUP_SIZE) > MAX_SCALES_PER_EXPERT:
+        raise ValueError(f"N={n}, K={k}: {n * (k // GROUP_SIZE)} scales per expert, over 2^31 - 1: not supported")
 
 
 # Index arithmetic, written once: a code tensor viewed as
