@@ -284,10 +284,9 @@ struct WgmmaTile {
   };
 
   // Stage s (64 columns of K) into ring slot `slot`: weights, scales and the tile's activation
-  // rows (RowIndex or RowPointers). Issue only: the caller arrives on the slot's "full" barrier.
-  template <class Rows>
+  // rows. Issue only: the caller arrives on the slot's "full" barrier.
   __device__ __forceinline__ static void load_stage(const MoeParams& p, Smem& sm, int slot, const Sources& src,
-                                                    const Rows& rows, int s) {
+                                                    const RowPointers& rows, int s) {
     const char* w0 = src.w_chunk0 + stage_words(s) * (int64_t)sizeof(int32_t);
     uint4* dst = &sm.w[slot][0][0][0] + threadIdx.x;  // chunk c's place [c / (32 WM)][(c / 32) % WM][c % 32] is c
     if (src.all_chunks()) {
@@ -301,9 +300,8 @@ struct WgmmaTile {
     load_scales_acts(p, sm, slot, src, rows, s);
   }
 
-  template <class Rows>
   __device__ __forceinline__ static void load_scales_acts(const MoeParams& p, Smem& sm, int slot, const Sources& src,
-                                                          const Rows& rows, int s) {
+                                                          const RowPointers& rows, int s) {
     const int tid = threadIdx.x;
     if (tid < kScaleChunks)
       cp_async_16(&sm.scale[slot][tid / (kRows / 8)][(tid % (kRows / 8)) * 8],
@@ -317,9 +315,8 @@ struct WgmmaTile {
   // The two stages of K block s0 / 2 into slots `slot` (even) and slot + 1, weights as whole
   // blocks (see weight_chunk; thread chunk c copies 16 bytes at 16 (c % 32) and 512 + 16 (c % 32)
   // of its n-tile's block). Issue only.
-  template <class Rows>
   __device__ __forceinline__ static void load_block_pair(const MoeParams& p, Smem& sm, int slot, const Sources& src,
-                                                         const Rows& rows, int s0) {
+                                                         const RowPointers& rows, int s0) {
     const int tid = threadIdx.x;
     const char* w0 = src.w_chunk0 + stage_words(s0) * (int64_t)sizeof(int32_t);
     // chunk c = tid + 128 i at 64 (c / 32) + 32 q + c % 32 of the slot pair
