@@ -21,7 +21,7 @@
 # so the device call must carry it). Logs, JSON, markdown and plots are copied to $OUT.
 # Environment: CHORD_COMMIT (commit label when .git is absent), CHORD_BUDGET_S / HUMMING_BUDGET_S
 # (wall budget of each indexed side, default 140 / 180 s), CHORD_GROUPED_BUDGET_S /
-# HUMMING_GROUPED_BUDGET_S (grouped sides, default 120 / 170 s), BENCH_WORK (default
+# HUMMING_GROUPED_BUDGET_S (grouped sides, default 120 / 300 s), BENCH_WORK (default
 # /tmp/chord-bench), HUMMING_SITE (default /tmp/humming_site).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -59,7 +59,7 @@ elif COMMIT=$(git rev-parse --short HEAD 2>/dev/null); then
   [[ -z "$(git status --porcelain 2>/dev/null)" ]] || COMMIT="$COMMIT-dirty"  # untracked files count
 else COMMIT=unknown; fi
 CHORD_BUDGET_S=${CHORD_BUDGET_S:-140}; HUMMING_BUDGET_S=${HUMMING_BUDGET_S:-180}
-CHORD_GROUPED_BUDGET_S=${CHORD_GROUPED_BUDGET_S:-120}; HUMMING_GROUPED_BUDGET_S=${HUMMING_GROUPED_BUDGET_S:-170}
+CHORD_GROUPED_BUDGET_S=${CHORD_GROUPED_BUDGET_S:-120}; HUMMING_GROUPED_BUDGET_S=${HUMMING_GROUPED_BUDGET_S:-300}
 log() { echo "== $(date +%T) (+$((SECONDS))s) $*"; }
 
 log "GPU"
