@@ -1,0 +1,100 @@
+"""Static cost of kernels on this machine (no GPU): ptxas registers and spills, and SASS
+instruction counts of the two loops that matter in a wgmma kernel — the producer's stage (from
+the wait on a ring slot's `empty` barrier to its cp.async arrive) and the consumers' k loop (the
+backward branch around the HGMMAs).
+
+    python3 scripts/sass_counts.py "indexed_wgmma(2, 32, 8, cwg=4)" "indexed_wgmma_streamk(2, 56, 8)"
+    python3 scripts/sass_counts.py --ops "grouped_wgmma('masked', 2, 56, 6, 128)"
+
+Each argument is a `chord_kernels.dispatch` expression returning a Launch. A producer stage with a
+branch (the column tile crossing N) counts both sides. Needs nvcc and cuobjdump on PATH (cuobjdump
+ships in the triton wheel: triton/backends/nvidia/bin/). Why it exists: the v21 producer work
+(docs/design/indexed-kernels.md) was steered by these counts before any device time was spent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import tempfile
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from chord_kernels import dispatch
+from chord_kernels.jit import compiler
+from chord_kernels.jit.paths import csrc_dir
+
+_ADDR = re.compile(r"/\*([0-9a-f]{4,})\*/")
+_OP = re.compile(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+
+
+def sass_lines(cubin: Path) -> list[str]:
+    text = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    return [line for line in text.splitlines() if _ADDR.search(line) and _OP.search(line)]
+
+
+def producer_stages(lines: list[str]) -> list[int]:
+    """Instructions from each cp.async arrive back to the barrier wait before it."""
+    out = []
+    for i, line in enumerate(lines):
+        if "ARRIVES.LDGSTSBAR" in line:
+            j = i
+            while j > 0 and "TRYWAIT" not in lines[j]:
+                j -= 1
+            out.append(i - j)
+    return out
+
+
+def hgmma_loops(lines: list[str]) -> list[tuple[int, Counter]]:
+    """(instructions, op counts) of every backward-branch loop that holds an HGMMA, smallest first:
+    the consumers' k loop, then the loops around it (tiles, stream-K segments)."""
+    addr = [int(_ADDR.search(line).group(1), 16) for line in lines]
+    loops = []
+    for i, line in enumerate(lines):
+        m = re.search(r"BRA (0x[0-9a-f]+)", line)
+        if m and int(m.group(1), 16) < addr[i]:
+            body = [x for x, a in zip(lines, addr, strict=True) if int(m.group(1), 16) <= a <= addr[i]]
+            if any("HGMMA" in x for x in body):
+                loops.append((len(body), Counter(_OP.search(x).group(1) for x in body)))
+    return sorted(loops, key=lambda loop: loop[0])
+
+
+def analyse(expr: str, workdir: Path, ops: bool) -> str:
+    spec = eval(expr, vars(dispatch)).spec  # a dispatch expression from the command line
+    src = workdir / f"{spec.symbol}.cu"
+    src.write_text(spec.source())
+    cubin = src.with_suffix(".cubin")
+    res = subprocess.run(["nvcc", "-cubin", *compiler.compile_flags(spec, csrc_dir()), "-Xptxas", "-v",
+                          "-o", str(cubin), str(src)], capture_output=True, text=True)
+    if res.returncode:
+        return f"{expr}: compile failed\n{res.stderr[-2000:]}"
+    regs = re.findall(r"Used (\d+) registers", res.stderr)
+    spills = re.findall(r"(\d+) bytes spill stores", res.stderr)
+    warnings = sorted(set(re.findall(r"C75\d\d", res.stderr)))
+    lines = sass_lines(cubin)
+    report = [f"{expr} -> {spec.describe()}",
+              f"  registers {regs}, spill stores {spills} bytes, wgmma warnings {warnings or 'none'}, "
+              f"{len(lines)} SASS instructions",
+              f"  producer stage(s): {producer_stages(lines) or 'none found'}"]
+    for i, (size, counter) in enumerate(hgmma_loops(lines)):
+        top = ", ".join(f"{op} {n}" for op, n in counter.most_common(12))
+        label = "consumer k loop" if i == 0 else "an enclosing loop"
+        report.append(f"  {label}: {size} instructions" + (f" ({top})" if ops else ""))
+    return "\n".join(report)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("launches", nargs="+", help="dispatch expressions, e.g. \"indexed_wgmma(2, 32, 8, cwg=4)\"")
+    parser.add_argument("--ops", action="store_true", help="op mix of each HGMMA loop")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(2) as pool:
+        for text in pool.map(lambda e: analyse(e, Path(tmp), args.ops), args.launches):
+            print(text, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
