@@ -146,8 +146,8 @@ struct WgmmaTile {
         [&] { consume<SPLIT_K>(p, sm, rank * stages, stages, rank); });
   }
 
-  // n-tile of consumer warp `cwarp` (0..4*CWG-1), m64 tile m, inside a CTA column tile, and in
-  // CTA column tile `col_tile`.
+  // n-tile of consumer warp `cwarp` (0..4*CWG-1), m64 tile m: its place inside a CTA column tile
+  // (tile_in_cta), and its index in N for CTA column tile `col_tile` (tile_of).
   __host__ __device__ static constexpr int tile_in_cta(int cwarp, int m) { return ((cwarp / 4) * WM + m) * 4 + cwarp % 4; }
   __device__ __forceinline__ static int tile_of(int col_tile, int cwarp, int m) {
     return col_tile * (kRows / kTile) + tile_in_cta(cwarp, m);
@@ -199,7 +199,7 @@ struct WgmmaTile {
 
   // A producer thread's weight chunks are c = tid + 128 i: consumer warp c / (32 WM), m64 tile
   // (c / 32) % WM, lane c % 32. 128 threads are whole runs of 32 lanes per (warp, m64 tile), so
-  // chunk i sits kChunkTiles(i) n-tiles after chunk 0, the same for every thread: the producer
+  // chunk i sits chunk_tiles(i) n-tiles after chunk 0, the same for every thread: the producer
   // keeps one pointer and adds compile-time multiples of the n-tile stride (the per-chunk 64-bit
   // offset math was half of the stream-K producer's instructions a stage, and that producer fed
   // its consumers too slowly: ncu, docs/design/indexed-kernels.md v21).
@@ -217,7 +217,7 @@ struct WgmmaTile {
   static_assert(kProducerThreads % (WM * 32) == 0 && chunk_tiles_hold(), "weight chunks i are chunk 0 plus fixed n-tiles");
 
   // A producer thread's weight and scale sources for one (expert, CTA column tile). Weights: its
-  // chunk 0 at stage 0 and the n-tile stride (see kChunkWarpStep). Chunks past N (the column tile
+  // chunk 0 at stage 0 and the n-tile stride (see chunk_tiles). Chunks past N (the column tile
   // crossing the end of N) are zero-filled and never stored.
   struct Sources {
     const char* w_chunk0;
