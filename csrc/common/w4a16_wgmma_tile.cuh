@@ -262,8 +262,8 @@ struct WgmmaTile {
   struct RowIndex {
     int32_t row[kActPerThread];  // -1: no row (zero-filled)
     __device__ __forceinline__ bool present(int i) const { return row[i] >= 0; }
-    __device__ __forceinline__ const __nv_bfloat16* chunk(const MoeParams& p, int i, int s) const {
-      return p.a + (threadIdx.x % 8) * 8 + s * kStageK + (row[i] >= 0 ? (int64_t)row[i] * p.lda : 0);
+    __device__ __forceinline__ const __nv_bfloat16* first_chunk(const MoeParams& p, int i) const {  // stage 0
+      return p.a + (threadIdx.x % 8) * 8 + (row[i] >= 0 ? (int64_t)row[i] * p.lda : 0);
     }
   };
   struct RowPointers {
@@ -273,12 +273,12 @@ struct WgmmaTile {
     __device__ __forceinline__ RowPointers(const MoeParams& p, const RowIndex& idx) : present_bits(0) {
 #pragma unroll
       for (int i = 0; i < kActPerThread; ++i) {
-        row[i] = idx.chunk(p, i, 0);
+        row[i] = idx.first_chunk(p, i);
         present_bits |= (idx.present(i) ? 1u : 0u) << i;
       }
     }
     __device__ __forceinline__ bool present(int i) const { return (present_bits >> i) & 1; }
-    __device__ __forceinline__ const __nv_bfloat16* chunk(const MoeParams&, int i, int s) const {
+    __device__ __forceinline__ const __nv_bfloat16* chunk(int i, int s) const {
       return row[i] + s * kStageK;
     }
   };
@@ -309,7 +309,7 @@ struct WgmmaTile {
     unsigned char* dst = reinterpret_cast<unsigned char*>(sm.act[slot]) + sw128_offset(act_row_of(tid, 0), tid % 8);
 #pragma unroll
     for (int i = 0; i < kActPerThread; ++i)
-      if (act_row_in_tile(tid, i)) cp_async_16(dst + i * 16 * 128, rows.chunk(p, i, s), rows.present(i) ? 16 : 0);
+      if (act_row_in_tile(tid, i)) cp_async_16(dst + i * 16 * 128, rows.chunk(i, s), rows.present(i) ? 16 : 0);
   }
 
   // The two stages of K block s0 / 2 into slots `slot` (even) and slot + 1, weights as whole
