@@ -48,7 +48,8 @@ def test_key_covers_source_headers_flags_compiler_and_arch(tmp_path, monkeypatch
 
 def test_include_closure_follows_nested_headers():
     closure = compiler.include_closure(SPEC.source(), csrc_dir())
-    assert set(closure) == {"indexed/w4a16_indexed_simple.cuh", "common/moe_params.cuh", "common/w4a16_fragment.cuh"}
+    assert set(closure) == {"indexed/w4a16_indexed_simple.cuh", "common/moe_params.cuh", "common/w4a16_fragment.cuh",
+                            "common/tma_sm90.cuh", "common/mbarrier_sm90.cuh"}
 
 
 def test_missing_header_is_a_clear_error(tmp_path):

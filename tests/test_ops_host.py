@@ -5,7 +5,7 @@ import struct
 
 import pytest
 import torch
-from chord_kernels import dispatch, layouts, ops, routing
+from chord_kernels import dispatch, layouts, ops, routing, tma
 
 
 @pytest.fixture
@@ -17,6 +17,9 @@ def stub_device(monkeypatch):
     monkeypatch.setattr(ops, "_sm_count", lambda index: 132)
     monkeypatch.setattr(ops, "_resident_ctas", lambda kernel, launch, device: 3 * launch.spec.min_blocks_per_sm)
     monkeypatch.setattr(ops, "_streamk_buffers", {})
+    # tensor maps need the driver: a stub "map" records the address and box bytes it was made for
+    monkeypatch.setattr(tma, "encode", lambda geo, address: struct.pack("@2Q", address, geo.box_bytes).ljust(128, b"\0"))
+    monkeypatch.setattr(tma, "_maps", {})
     return loaded
 
 
@@ -130,6 +133,37 @@ def test_indexed_launch_path_packs_and_launches_once_per_signature(stub_device, 
     assert raw[ops._PARAMS_POINTERS.size:] == plan[4]  # leading dims, ints, stream-K scratch: packed once
     ops._indexed_cuda(a[:2], packed, sorted_ids, expert_ids, ntp, 2, 8, out)  # a new signature
     assert len(stub_device) == 2
+    ops._indexed_plans.clear()
+
+
+@pytest.mark.parametrize("family", ["wgmma", "wgmma_sk"])
+def test_tma_launches_append_the_weights_tensor_maps(stub_device, monkeypatch, family):
+    """A wgmma launch on BLOCK_K-64 weights passes MoeTmaParams: MoeParams, zeros to offset 192,
+    then the weight and scale maps for its tile's rows, encoded once per weight."""
+    launches = []
+
+    class StubKernel:
+        def launch(self, grid, block, smem, stream, params):
+            launches.append(params)
+
+    monkeypatch.setattr(ops, "_load", lambda launch, device: stub_device.append(launch.spec) or StubKernel())
+    monkeypatch.setattr(ops, "_current_stream", lambda index: 77)
+    monkeypatch.setenv("CHORD_W4A16_INDEXED_KERNEL", family)
+    encoded = []
+    stub_encode = tma.encode
+    monkeypatch.setattr(tma, "encode", lambda geo, address: encoded.append(geo) or stub_encode(geo, address))
+    ops._indexed_plans.clear()
+    a, packed, sorted_ids, expert_ids, ntp, out = _problem(n=512, block_m=64)
+    for _ in range(2):
+        ops._indexed_cuda(a, packed, sorted_ids, expert_ids, ntp, 2, 64, out)
+    launch = ops._indexed_plans[next(iter(ops._indexed_plans))][1]
+    raw = launches[-1]
+    assert launch.tensor_maps and len(raw) == 448 and raw[ops.MOE_PARAMS.size:192] == bytes(192 - ops.MOE_PARAMS.size)
+    assert ops.MOE_PARAMS.unpack(raw[:ops.MOE_PARAMS.size])[1] == packed.qweight.data_ptr()
+    rows = launch.cols_per_cta
+    assert struct.unpack_from("@2Q", raw, 192) == (packed.qweight.data_ptr(), 32 * rows)  # the stub map's record
+    assert struct.unpack_from("@2Q", raw, 320) == (packed.scale.data_ptr(), 4 * rows)
+    assert encoded == [tma.weight_map_geometry(4, 512, 256, rows), tma.scale_map_geometry(4, 512, 256, rows)]
     ops._indexed_plans.clear()
 
 

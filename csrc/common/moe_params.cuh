@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/tma_sm90.cuh"
+
 namespace chord {
 
 // How a kernel finds its rows (the ROUTING template argument of the grouped family).
@@ -47,5 +49,28 @@ static_assert(sizeof(MoeParams) == 152, "MoeParams layout changed: update chord_
 static_assert(offsetof(MoeParams, lda) == 80 && offsetof(MoeParams, num_routes) == 96 &&
                   offsetof(MoeParams, workspace) == 136,
               "MoeParams layout changed: update chord_kernels/ops.py");
+
+// The parameters of the kernels whose tile loads weights and scales by tensor map
+// (WgmmaTile::kTma): MoeParams first, then the two maps chord_kernels.tma encodes for the packed
+// weight and the tile's rows. The kernel bodies see the MoeParams part (moe_params); the tile's
+// producer finds the maps from it (tma_maps: `base` is the first member, so the two share an
+// address).
+struct MoeTmaParams {
+  MoeParams base;
+  TensorMap weight_map;  // qweight as [E][N/16][K/64][128 int32]; box: one stage of the tile's n-tiles
+  TensorMap scale_map;   // scale as [E][K/32][N/2 bf16 pairs]; box: one stage's two groups of the tile's rows
+};
+static_assert(offsetof(MoeTmaParams, weight_map) == 192 && offsetof(MoeTmaParams, scale_map) == 320 &&
+                  sizeof(MoeTmaParams) == 448,
+              "MoeTmaParams layout changed: update chord_kernels/ops.py");
+
+// What a generated kernel (chord_kernels.jit.kernel) hands its body.
+__device__ __forceinline__ const MoeParams& moe_params(const MoeParams& p) { return p; }
+__device__ __forceinline__ const MoeParams& moe_params(const MoeTmaParams& p) { return p.base; }
+
+// The maps of a kernel declared with MoeTmaParams, from the MoeParams its body was given.
+__device__ __forceinline__ const MoeTmaParams& tma_maps(const MoeParams& p) {
+  return *reinterpret_cast<const MoeTmaParams*>(&p);
+}
 
 }  // namespace chord

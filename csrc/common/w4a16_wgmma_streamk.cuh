@@ -42,8 +42,8 @@ struct WgmmaStreamK {
   // than the one-tile producer (at 64-88 it spilled), the consumers a little fewer. With 4
   // consumer warpgroups (reached only by CHORD_W4A16_TUNING) the one-CTA tile's 64/104: at the
   // launch's 96 for both the consumers spill 138 bytes, at 64/104 the producer 32 (v21).
-  static constexpr int kProducerRegs = CWG == 2 ? 104 : 64;
-  static constexpr int kConsumerRegs = CWG == 2 ? 200 : 104;
+  static constexpr int kProducerRegs = CWG == 2 ? 88 : 64;
+  static constexpr int kConsumerRegs = CWG == 2 ? 208 : 104;
 
   // The host keeps row tiles x column tiles x stages under 2^31 (chord_kernels/ops.py).
   __device__ static void run(const MoeParams& p) {
@@ -74,6 +74,7 @@ struct WgmmaStreamK {
   __device__ static void produce(const MoeParams& p, Smem& sm, const StreamKWork& w) {
     const int tid = threadIdx.x;
     const int iterations = w.iterations();
+    Tile::prefetch_maps(p);
     Walk ld(w);
     auto fetch = [&](int row_tile) { return row_ids(p, row_tile); };
     RowTilesAhead<RowIds> rows(ld, w, fetch);
@@ -95,7 +96,11 @@ struct WgmmaStreamK {
 #pragma unroll
         for (int i = 0; i < kActPerThread; ++i)
           if (Tile::act_row_in_tile(tid, i)) sm.route[slot][Tile::act_row_of(tid, i)] = rows.cur.route[i];
-      if (rows.cur.expert >= 0) Tile::load_stage(p, sm, slot, src, act, ld.s);
+      if (rows.cur.expert >= 0) {
+        Tile::load_stage(p, sm, slot, src, act, ld.s);
+      } else {
+        Tile::arrive_unloaded(sm, slot);
+      }
       cp_async_mbarrier_arrive(&sm.full[slot]);
       mbarrier_arrive(&sm.full[slot]);  // orders the row-id stores before the consumers' reads
       ld.step();

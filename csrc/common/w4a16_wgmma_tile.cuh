@@ -11,7 +11,9 @@
 //
 // Warp-specialized: warpgroup 0 is the producer. It gathers each 64-column stage (the consumer
 // lanes' weight chunks, the CTA rows' scales, the tile's activation rows) into a STAGES-deep
-// ring with cp.async and signals the slot's "full" mbarrier when its copies land; it gives its
+// ring and signals the slot's "full" mbarrier when its copies land: on BLOCK_K-64 weights the
+// weights and scales as two tensor-map boxes (TMA, one thread) and the gathered activation rows
+// with cp.async; on BLOCK_K 128 (masked) all of it with cp.async. It gives its
 // registers to the consumers (setmaxnreg). The consumer warpgroups wait on "full", load their weight
 // chunk and scales, dequantize k step i+1 into one of two A register sets while the wgmma group
 // of step i runs (wait_group<1>), and release a slot on its "empty" mbarrier (one arrival per
@@ -22,11 +24,14 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "common/cluster_sm90.cuh"
 #include "common/mbarrier_sm90.cuh"
 #include "common/mma_sm80.cuh"
 #include "common/moe_params.cuh"
 #include "common/staged_store.cuh"
+#include "common/tma_sm90.cuh"
 #include "common/w4a16_fragment.cuh"
 #include "common/wgmma_sm90.cuh"
 
@@ -56,6 +61,10 @@ struct WgmmaTile {
   static constexpr int kTok = BN;                               // activation rows per CTA
   static constexpr int kStageK = 64;                            // one 128-byte swizzle row of BF16
   static constexpr int kGroupsPerStage = kStageK / kGroupSize;
+  // Weights and scales by tensor map (kernels declared with MoeTmaParams; the host's
+  // dispatch.wgmma_uses_tma): a stage's weights are one box of the CTA's kRows / 16 n-tiles, 512
+  // contiguous bytes each at BLOCK_K 64. BLOCK_K 128 (masked) keeps the cp.async stage pairs.
+  static constexpr bool kTma = BLOCK_K == 64;
   using Mma = WgmmaRS<BN>;
   static_assert(BN % 8 == 0 && BN <= 256, "BN must be a multiple of 8 (one swizzle atom), at most 256");
   static_assert(STAGES >= 2, "the ring needs a slot being read and one being filled");
@@ -100,12 +109,14 @@ struct WgmmaTile {
   // `full` completes after `full_arrivals`: one cp.async-arrive per producer thread (its copies
   // of the slot landed), plus, on the stream-K schedule, one ordinary arrive per producer thread
   // after its plain shared-memory stores of the slot's row ids, and in the tile loop one by the
-  // thread that stores the slot's tile (cp.async arrivals do not order those stores).
+  // thread that stores the slot's tile (cp.async arrivals do not order those stores); with kTma
+  // one more, thread 0's arrive that arms the boxes' bytes (load_stage, or arrive_unloaded).
+  static constexpr int kTmaArrivals = kTma ? 1 : 0;
   __device__ static void init_barriers(Smem& sm, int full_arrivals) {
     if (threadIdx.x == 0) {
 #pragma unroll
       for (int s = 0; s < STAGES; ++s) {
-        mbarrier_init(&sm.full[s], full_arrivals);
+        mbarrier_init(&sm.full[s], full_arrivals + kTmaArrivals);
         mbarrier_init(&sm.empty[s], 32 * kConsumerWarps);
       }
       mbarrier_init_fence();
@@ -186,10 +197,14 @@ struct WgmmaTile {
   // sector to shared memory as one piece only when the lanes reading it write adjacent shared
   // bytes, and by owner each lane reads half a sector (measured on the H200, masked decode on
   // the mma tile: twice the L2 requests and 1.86x the time; common/w4a16_mma_tile.cuh).
+  // By tensor map (kTma): the box holds the CTA's n-tiles in order, 32 lanes' 16 bytes each, so
+  // the chunk is at n-tile tile_in_cta(cwarp, m) (a warp still reads 512 contiguous bytes).
   static constexpr bool kBlockPairs = kStagesPerBlock == 2;
   template <bool kPairs>
   __device__ __forceinline__ static const uint4* weight_chunk(const Smem& sm, int slot, int cwarp, int m, int lane) {
-    if constexpr (kPairs) {
+    if constexpr (kTma) {
+      return &sm.w[slot][0][0][0] + tile_in_cta(cwarp, m) * 32 + lane;
+    } else if constexpr (kPairs) {
       const uint4* pair = &sm.w[slot & ~1][0][0][0];
       return pair + ((cwarp * WM + m) * 32 + lane) * 2 + (slot & 1);
     } else {
@@ -219,7 +234,7 @@ struct WgmmaTile {
   // A producer thread's weight and scale sources for one (expert, CTA column tile). Weights: its
   // chunk 0 at stage 0 and the n-tile stride (see chunk_tiles). Chunks past N (the column tile
   // crossing the end of N) are zero-filled and never stored.
-  struct Sources {
+  struct CopySources {
     const char* w_chunk0;
     int w_tile_bytes;  // between the same lane's chunks of consecutive n-tiles
     int w_tiles_left;  // n-tiles from chunk 0's to the end of N: chunk i exists iff chunk_tiles(i) < this
@@ -233,12 +248,27 @@ struct WgmmaTile {
     }
   };
 
+  // By tensor map the boxes' coordinates are all a tile needs (the maps zero-fill past N).
+  struct TmaSources {
+    int expert;
+    int col_tile;
+  };
+  using Sources = std::conditional_t<kTma, TmaSources, CopySources>;
+
   enum WeightCopy { kByOwner, kWholeBlocks };  // see weight_chunk
   template <WeightCopy kCopy = kByOwner>
   __device__ __forceinline__ static Sources sources(const MoeParams& p, int expert, int col_tile) {
+    if constexpr (kTma) {
+      return TmaSources{expert, col_tile};
+    } else {
+      return copy_sources<kCopy>(p, expert, col_tile);
+    }
+  }
+  template <WeightCopy kCopy>
+  __device__ __forceinline__ static CopySources copy_sources(const MoeParams& p, int expert, int col_tile) {
     const int tid = threadIdx.x;
     const int n_tiles = p.n / kTile, k_blocks = p.k / BLOCK_K, k_groups = p.k / kGroupSize;
-    Sources src;
+    CopySources src;
     const int tile0 = tile_of(col_tile, tid / (WM * 32), (tid / 32) % WM);
     // by owner: lane tid % 32's chunk of the stage; whole blocks: chunk tid % 32 of the block
     const BlockChunk at = kCopy == kWholeBlocks ? block_chunk<BLOCK_K>(tid % 32) : BlockChunk{tid % 32, 0};
@@ -284,28 +314,63 @@ struct WgmmaTile {
   };
 
   // Stage s (64 columns of K) into ring slot `slot`: weights, scales and the tile's activation
-  // rows. Issue only: the caller arrives on the slot's "full" barrier.
+  // rows. Issue only: the caller arrives on the slot's "full" barrier (with kTma, thread 0 arms it
+  // here with the boxes' bytes: its one arrival of kTmaArrivals).
   __device__ __forceinline__ static void load_stage(const MoeParams& p, Smem& sm, int slot, const Sources& src,
                                                     const RowPointers& rows, int s) {
-    const char* w0 = src.w_chunk0 + stage_words(s) * (int64_t)sizeof(int32_t);
-    uint4* dst = &sm.w[slot][0][0][0] + threadIdx.x;  // chunk c's place [c / (32 WM)][(c / 32) % WM][c % 32] is c
-    if (src.all_chunks()) {
-#pragma unroll
-      for (int i = 0; i < kWeightPerThread; ++i) cp_async_16(dst + kProducerThreads * i, src.chunk(w0, i), 16);
+    if constexpr (kTma) {
+      if (threadIdx.x == 0) {
+        const MoeTmaParams& maps = tma_maps(p);
+        mbarrier_arrive_expect_tx(&sm.full[slot], kTmaStageBytes);
+        // weights [E][N/16][K/64][128 int32]: the CTA's n-tiles of K block s; scales [E][K/32][N/2
+        // pairs]: groups 2s, 2s + 1 of the CTA's rows
+        tma_load_4d(sm.w[slot], maps.weight_map, &sm.full[slot], 0, s, src.col_tile * (kRows / kTile), src.expert);
+        tma_load_3d(sm.scale[slot], maps.scale_map, &sm.full[slot], src.col_tile * (kRows / 2), s * kGroupsPerStage,
+                    src.expert);
+      }
     } else {
+      const char* w0 = src.w_chunk0 + stage_words(s) * (int64_t)sizeof(int32_t);
+      uint4* dst = &sm.w[slot][0][0][0] + threadIdx.x;  // chunk c's place [c / (32 WM)][(c / 32) % WM][c % 32] is c
+      if (src.all_chunks()) {
 #pragma unroll
-      for (int i = 0; i < kWeightPerThread; ++i)
-        cp_async_16(dst + kProducerThreads * i, src.has_chunk(i) ? src.chunk(w0, i) : w0, src.has_chunk(i) ? 16 : 0);
+        for (int i = 0; i < kWeightPerThread; ++i) cp_async_16(dst + kProducerThreads * i, src.chunk(w0, i), 16);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kWeightPerThread; ++i)
+          cp_async_16(dst + kProducerThreads * i, src.has_chunk(i) ? src.chunk(w0, i) : w0, src.has_chunk(i) ? 16 : 0);
+      }
+      load_scales(p, sm, slot, src, s);
     }
-    load_scales_acts(p, sm, slot, src, rows, s);
+    load_acts(sm, slot, rows, s);
   }
 
-  __device__ __forceinline__ static void load_scales_acts(const MoeParams& p, Smem& sm, int slot, const Sources& src,
-                                                          const RowPointers& rows, int s) {
+  // The boxes' bytes a stage (kTma): all of them count, the zero-filled ones past N too.
+  static constexpr uint32_t kTmaStageBytes = sizeof(Smem::w[0]) + sizeof(Smem::scale[0]);
+
+  // A slot published without loading anything (the stream-K schedule's empty tiles, the tile
+  // loop's end marker): thread 0's arrival that load_stage's box arm would have been.
+  __device__ __forceinline__ static void arrive_unloaded(Smem& sm, int slot) {
+    if (kTma && threadIdx.x == 0) mbarrier_arrive(&sm.full[slot]);
+  }
+
+  // Every producer thread at its start: the maps into the TMA unit's cache before the first box.
+  __device__ __forceinline__ static void prefetch_maps(const MoeParams& p) {
+    if (kTma && threadIdx.x == 0) {
+      tma_prefetch_map(tma_maps(p).weight_map);
+      tma_prefetch_map(tma_maps(p).scale_map);
+    }
+  }
+
+  __device__ __forceinline__ static void load_scales(const MoeParams& p, Smem& sm, int slot, const CopySources& src,
+                                                     int s) {
     const int tid = threadIdx.x;
     if (tid < kScaleChunks)
       cp_async_16(&sm.scale[slot][tid / (kRows / 8)][(tid % (kRows / 8)) * 8],
                   src.scale + s * (kGroupsPerStage * p.n), src.scale_bytes);  // int: an expert's scales < 2^31
+  }
+
+  __device__ __forceinline__ static void load_acts(Smem& sm, int slot, const RowPointers& rows, int s) {
+    const int tid = threadIdx.x;
     unsigned char* dst = reinterpret_cast<unsigned char*>(sm.act[slot]) + sw128_offset(act_row_of(tid, 0), tid % 8);
 #pragma unroll
     for (int i = 0; i < kActPerThread; ++i)
@@ -315,8 +380,9 @@ struct WgmmaTile {
   // The two stages of K block s0 / 2 into slots `slot` (even) and slot + 1, weights as whole
   // blocks (see weight_chunk; thread chunk c copies 16 bytes at 16 (c % 32) and 512 + 16 (c % 32)
   // of its n-tile's block). Issue only.
-  __device__ __forceinline__ static void load_block_pair(const MoeParams& p, Smem& sm, int slot, const Sources& src,
+  __device__ __forceinline__ static void load_block_pair(const MoeParams& p, Smem& sm, int slot, const CopySources& src,
                                                          const RowPointers& rows, int s0) {
+    static_assert(!kTma, "stage pairs are the BLOCK_K-128 copy");
     const int tid = threadIdx.x;
     const char* w0 = src.w_chunk0 + stage_words(s0) * (int64_t)sizeof(int32_t);
     // chunk c = tid + 128 i at 64 (c / 32) + 32 q + c % 32 of the slot pair
@@ -332,13 +398,14 @@ struct WgmmaTile {
                     real ? 16 : 0);
     }
 #pragma unroll
-    for (int q = 0; q < 2; ++q) load_scales_acts(p, sm, slot + q, src, rows, s0 + q);
+    for (int q = 0; q < 2; ++q) load_scales(p, sm, slot + q, src, s0 + q), load_acts(sm, slot + q, rows, s0 + q);
   }
 
   // Stages [first_stage, first_stage + num_stages) of K into the ring (first_stage even with
   // whole-block pairs).
   __device__ static void produce(const MoeParams& p, Smem& sm, int expert, int first_stage, int num_stages) {
     const int tid = threadIdx.x;
+    prefetch_maps(p);
     const Sources src = sources<kBlockPairs ? kWholeBlocks : kByOwner>(p, expert, blockIdx.x);
     RowIndex idx;
 #pragma unroll

@@ -79,6 +79,7 @@ struct WgmmaTiles {
   __device__ static void produce(const MoeParams& p, Smem& sm, int cols, int tiles) {
     const int tid = threadIdx.x;
     const int num_stages = p.k / Tile::kStageK;
+    Tile::prefetch_maps(p);
     int g = 0;  // ring position: stages this CTA has issued
     for (int n = 0;; ++n) {
       const int t = claim(p, sm, n);
@@ -112,6 +113,7 @@ struct WgmmaTiles {
     const int slot = g % STAGES;
     wait_free(sm, slot, g);
     if (tid == 0) sm.tile[slot] = -1;
+    Tile::arrive_unloaded(sm, slot);
     publish(sm, slot);
     cp_async_wait<0>();
     // This CTA's claims are over; the last CTA to get here zeroes the counters for the next launch.

@@ -7,9 +7,12 @@
 // pointers, the stream handle and a packed parameter buffer (see chord_kernels.jit.launch).
 #include <dlfcn.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstdint>
+#include <cstring>
 #include <mutex>
+#include <vector>
 #include <stdexcept>
 #include <string>
 
@@ -28,9 +31,6 @@ constexpr CUresult CUDA_SUCCESS = 0;
 constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 constexpr int CU_FUNC_ATTRIBUTE_NUM_REGS = 4;
 constexpr int CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0;
-void* const CU_LAUNCH_PARAM_END = reinterpret_cast<void*>(0x00);
-void* const CU_LAUNCH_PARAM_BUFFER_POINTER = reinterpret_cast<void*>(0x01);
-void* const CU_LAUNCH_PARAM_BUFFER_SIZE = reinterpret_cast<void*>(0x02);
 
 struct Driver {
   CUresult (*cuInit)(unsigned);
@@ -47,6 +47,16 @@ struct Driver {
                              unsigned, CUstream, void**, void**);
   CUresult (*cuGetErrorString)(CUresult, const char**);
 };
+
+// cuTensorMapEncodeTiled (CUDA 12.0+ drivers): resolved on first use, apart from the table
+// above, so that an older driver still runs every kernel that takes no tensor map.
+struct TensorMapBytes {
+  alignas(64) std::uint64_t opaque[16];  // CUtensorMap
+};
+using EncodeTiled = CUresult (*)(TensorMapBytes*, int /*CUtensorMapDataType*/, unsigned /*rank*/, void* /*address*/,
+                                 const std::uint64_t* /*dims*/, const std::uint64_t* /*strides, bytes*/,
+                                 const unsigned* /*box*/, const unsigned* /*element strides*/, int /*interleave*/,
+                                 int /*swizzle*/, int /*L2 promotion*/, int /*OOB fill*/);
 
 Driver g_driver{};
 bool g_loaded = false;
@@ -92,6 +102,34 @@ void check(CUresult rc, const char* what) {
   if (g_loaded) g_driver.cuGetErrorString(rc, &msg);
   throw std::runtime_error(std::string("chord launcher: ") + what + " failed: CUDA error " +
                            std::to_string(rc) + " (" + (msg ? msg : "unknown") + ")");
+}
+
+// A tiled tensor map (see csrc/common/tma_sm90.cuh and chord_kernels.tma, which picks the
+// geometry): dims and box innermost first, strides (bytes) of dims 1.. ; no interleave, no
+// swizzle, zero fill. Returns the 128 bytes the kernel takes in its parameters.
+py::bytes encode_tensor_map(int dtype, std::uintptr_t address, const std::vector<std::uint64_t>& dims,
+                            const std::vector<std::uint64_t>& strides, const std::vector<unsigned>& box,
+                            int l2_promotion) {
+  if (dims.empty() || dims.size() > 5 || strides.size() + 1 != dims.size() || box.size() != dims.size())
+    throw std::invalid_argument("chord launcher: a tensor map takes 1-5 dims, one stride fewer, a box per dim");
+  driver();  // opens libcuda (or says why it cannot)
+  static EncodeTiled encode = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (!encode) {
+      encode = reinterpret_cast<EncodeTiled>(dlsym(dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL),
+                                                   "cuTensorMapEncodeTiled"));
+      if (!encode) throw std::runtime_error("chord launcher: libcuda lacks cuTensorMapEncodeTiled (driver older than CUDA 12)");
+    }
+  }
+  std::vector<unsigned> element_strides(dims.size(), 1);
+  TensorMapBytes map;
+  std::memset(&map, 0, sizeof(map));
+  check(encode(&map, dtype, static_cast<unsigned>(dims.size()), reinterpret_cast<void*>(address), dims.data(),
+               strides.data(), box.data(), element_strides.data(), /*interleave none*/ 0, /*swizzle none*/ 0,
+               l2_promotion, /*OOB fill zeros*/ 0),
+        "cuTensorMapEncodeTiled");
+  return py::bytes(reinterpret_cast<const char*>(&map), sizeof(map));
 }
 
 // Make the device's primary context (the one torch uses) current on this thread.
@@ -165,11 +203,13 @@ void launch(std::uintptr_t fn_handle, std::uintptr_t ctx_handle, unsigned gx, un
   char* buf = nullptr;
   Py_ssize_t size = 0;
   if (PyBytes_AsStringAndSize(params.ptr(), &buf, &size) != 0) throw py::error_already_set();
-  size_t nbytes = static_cast<size_t>(size);
-  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &nbytes,
-                   CU_LAUNCH_PARAM_END};
+  // Every Chord kernel takes one parameter, its struct by value: passed as kernelParams (the
+  // driver copies it to the parameter's own offset). Not as one raw parameter buffer: a struct
+  // aligned to 64 bytes (MoeTmaParams, holding tensor maps) does not start at the buffer's offset
+  // 0 (on sm_90 it lands 48 bytes in), and the kernel would read every field shifted.
+  void* args[] = {buf};
   check(d.cuLaunchKernel(reinterpret_cast<CUfunction>(fn_handle), gx, gy, gz, bx, by, bz, smem,
-                         reinterpret_cast<CUstream>(stream), nullptr, extra),
+                         reinterpret_cast<CUstream>(stream), args, nullptr),
         "cuLaunchKernel");
 }
 
@@ -181,6 +221,8 @@ PYBIND11_MODULE(_launcher, m) {
         "True once libcuda has been opened by this process (import never opens it).");
   m.def("load_kernel", &load_kernel, py::arg("image"), py::arg("name"), py::arg("device"),
         py::arg("max_dynamic_smem") = 0);
+  m.def("encode_tensor_map", &encode_tensor_map, py::arg("dtype"), py::arg("address"), py::arg("dims"),
+        py::arg("strides"), py::arg("box"), py::arg("l2_promotion"));
   m.def("function_attributes", &function_attributes, py::arg("fn"));
   m.def("max_active_blocks", &max_active_blocks, py::arg("fn"), py::arg("ctx"), py::arg("threads"), py::arg("smem"));
   m.def("launch", &launch, py::arg("fn"), py::arg("ctx"), py::arg("gx"), py::arg("gy"),

@@ -172,6 +172,9 @@ class Launch:
     tile_loop: bool = False
     # One-CTA tiles: CTAs a tile, a cluster along grid z splitting K (WgmmaTile::run); 1: none.
     split_k: int = 1
+    # The kernel takes chord::MoeTmaParams: its parameters end with the packed weight's tensor
+    # maps for tiles of cols_per_cta rows (chord_kernels.tma.tensor_maps).
+    tensor_maps: bool = False
 
     @property
     def persistent(self) -> bool:
@@ -300,6 +303,13 @@ def wgmma_threads(cwg: int) -> int:
     return 128 * (1 + cwg)  # a producer warpgroup + the consumer warpgroups
 
 
+def wgmma_uses_tma(block_k: int) -> bool:
+    """WgmmaTile::kTma: on BLOCK_K-64 weights the producer loads a stage's weights and scales as
+    two tensor-map boxes (docs/design/indexed-kernels.md v22); BLOCK_K 128 (masked) keeps its
+    cp.async stage pairs."""
+    return block_k == 64
+
+
 def wgmma_launch(family: str, header: str, body: str, template_args: tuple, wm: int, bn: int, stages: int,
                  arch: str, cwg: int = 2, split_k: int = 1) -> Launch:
     """A wgmma tile (csrc/common/w4a16_wgmma_tile.cuh) launch: a producer warpgroup and ``cwg``
@@ -307,12 +317,16 @@ def wgmma_launch(family: str, header: str, body: str, template_args: tuple, wm: 
     ring fills shared memory; with 2 consumer warpgroups they take 216 registers a thread, 200 on
     the stream-K schedule; with 4, 104 and 96). With 2 consumer warpgroups each CTA loops over
     whole tiles (csrc/common/w4a16_wgmma_tiles.cuh), with 4 it is one CTA per tile, or with
-    ``split_k`` > 1 one cluster of ``split_k`` CTAs per tile (grid z)."""
-    spec = KernelSpec(family=family, header=header, body=body, params_type="chord::MoeParams",
+    ``split_k`` > 1 one cluster of ``split_k`` CTAs per tile (grid z). ``template_args`` name
+    BLOCK_K where it is not the indexed layout's 64 (the grouped family)."""
+    tma = wgmma_uses_tma(dict(template_args).get("BLOCK_K", BLOCK_K_BY_MODE["indexed"]))
+    spec = KernelSpec(family=family, header=header, body=body,
+                      params_type="chord::MoeTmaParams" if tma else "chord::MoeParams",
                       template_args=template_args, threads=wgmma_threads(cwg), min_blocks_per_sm=1, arch=arch,
                       cluster_z=split_k)
     return Launch(spec, rows_per_cta=bn, cols_per_cta=cwg * 64 * wm,
-                  smem_bytes=wgmma_smem_bytes(wm, bn, stages, cwg), tile_loop=cwg == 2, split_k=split_k)
+                  smem_bytes=wgmma_smem_bytes(wm, bn, stages, cwg), tile_loop=cwg == 2, split_k=split_k,
+                  tensor_maps=tma)
 
 
 def wgmma_streamk_launch(family: str, header: str, body: str, template_args: tuple, wm: int, bn: int, stages: int,

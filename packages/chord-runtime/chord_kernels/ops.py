@@ -15,7 +15,7 @@ import struct
 
 import torch
 
-from . import env, reference, routing
+from . import env, reference, routing, tma
 from .device import kernel_arch
 from .dispatch import (
     GroupedProblem,
@@ -36,6 +36,9 @@ MOE_PARAMS = struct.Struct("@10P2q10i2P")
 _PARAMS_POINTERS = struct.Struct("@10P")
 _PARAMS_TAIL = struct.Struct("@2q10i2P")
 assert _PARAMS_POINTERS.size + _PARAMS_TAIL.size == MOE_PARAMS.size  # the tail starts 8-aligned
+# chord::MoeTmaParams: MoeParams, padding to the 64-byte aligned maps at 192, the two maps (448).
+_TMA_MAPS_OFFSET = 192
+_TMA_PAD = bytes(_TMA_MAPS_OFFSET - MOE_PARAMS.size)
 _POINTERS = ("a", "qweight", "scale", "out", "sorted_ids", "expert_ids", "num_tokens_padded",
              "m_indices", "expert_offsets", "masked_m")
 _INTS = ("num_routes", "n", "k", "top_k", "num_experts", "block_m", "num_blocks", "ctas_per_block",
@@ -228,6 +231,8 @@ def _indexed_cuda(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, b
     params = _PARAMS_POINTERS.pack(a.data_ptr(), qw.data_ptr(), packed.scale.data_ptr(), out.data_ptr(),
                                    sorted_ids.data_ptr(), expert_ids.data_ptr(), num_tokens_padded.data_ptr(),
                                    0, 0, 0) + tail
+    if launch.tensor_maps:
+        params += _TMA_PAD + tma.tensor_maps(packed, launch.cols_per_cta)
     kernel.launch(grid, block, launch.smem_bytes, _current_stream(device_index), params)
 
 
@@ -345,6 +350,8 @@ def _grouped_cuda(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
     params = _PARAMS_POINTERS.pack(a.data_ptr(), qw.data_ptr(), packed.scale.data_ptr(), out.data_ptr(), 0, 0, 0,
                                    r if slot == 7 else 0, r if slot == 8 else 0, r if slot == 9 else 0,  # _ROUTE_SLOT
                                    ) + tail
+    if launch.tensor_maps:
+        params += _TMA_PAD + tma.tensor_maps(packed, launch.cols_per_cta)
     kernel.launch(grid, block, launch.smem_bytes, _current_stream(device_index), params)
 
 

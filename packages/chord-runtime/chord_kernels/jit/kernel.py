@@ -19,7 +19,7 @@ class KernelSpec:
     family: str  # e.g. "indexed_simple"
     header: str  # relative to csrc/, e.g. "indexed/w4a16_indexed_simple.cuh"
     body: str  # class template with a static __device__ run(const Params&)
-    params_type: str  # the parameter struct, passed by value as __grid_constant__
+    params_type: str  # the parameter struct, passed by value as __grid_constant__; the body gets chord::moe_params of it
     template_args: tuple[tuple[str, int], ...]  # (name, value), in template order
     threads: int
     min_blocks_per_sm: int = 1  # __launch_bounds__ occupancy target (caps registers)
@@ -45,7 +45,7 @@ class KernelSpec:
             f'#include "{self.header}"\n\n'
             f'extern "C" __global__ void {cluster}__launch_bounds__({self.threads}, {self.min_blocks_per_sm})\n'
             f"{self.symbol}(const __grid_constant__ {self.params_type} params) {{\n"
-            f"  {self.body}<{targs}>::run(params);\n"
+            f"  {self.body}<{targs}>::run(chord::moe_params(params));\n"
             f"}}\n"
         )
 

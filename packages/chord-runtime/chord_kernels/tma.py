@@ -1,0 +1,106 @@
+"""Tensor maps of a packed weight for the wgmma tile's TMA producer (csrc/common/tma_sm90.cuh).
+
+The wgmma tile on BLOCK_K-64 weights (``dispatch.wgmma_uses_tma``) loads a stage's weights and
+scales as two boxes. The geometry is a pure function of the weight's shape and the tile's rows
+(:func:`weight_map_geometry`, :func:`scale_map_geometry`, CPU-tested); encoding needs the driver
+(``cuTensorMapEncodeTiled`` through the launcher) and happens once per (weight tensors, rows):
+:func:`tensor_maps` memoizes the 256 bytes a launch appends to its parameters.
+
+- Weights, int32 ``[E, N/16, K/64, 32 lanes x 4 words]``: a 4-D map, dims (innermost first)
+  ``{128, K/64, N/16, E}``; the box ``{128, 1, rows/16, 1}`` is one K block (one stage) of the
+  tile's ``rows / 16`` n-tiles, 512 contiguous bytes each, landing in shared memory n-tile after
+  n-tile. A tile crossing the end of N reads past ``N/16``: zero-filled.
+- Scales, bf16 ``[E, K/32, N]``, as uint32 pairs (a box dim holds at most 256 elements and a tile
+  has up to 512 rows): a 3-D map ``{N/2, K/32, E}``, box ``{rows/2, 2, 1}`` = the stage's two
+  groups of the tile's rows, ``[2][rows]`` bf16 in shared memory as the tile reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .int4 import GROUP_SIZE
+from .layouts import LANES, TILE, PackedW4A16
+
+TMA_BLOCK_K = 64  # the weights the TMA producer reads (BLOCK_K 128 keeps cp.async stage pairs)
+MAX_BOX = 256  # elements a box dimension holds (the TMA unit's limit)
+# CUtensorMapDataType / CUtensorMapL2promotion values (cuda.h)
+DTYPE_UINT32, DTYPE_INT32 = 2, 3
+L2_PROMOTION_256B = 3
+
+
+@dataclass(frozen=True)
+class MapGeometry:
+    dtype: int
+    dims: tuple[int, ...]  # innermost first
+    strides: tuple[int, ...]  # bytes, of dims 1..
+    box: tuple[int, ...]
+
+    @property
+    def box_bytes(self) -> int:
+        n = 4
+        for b in self.box:
+            n *= b
+        return n
+
+
+def _check_rows(rows: int, n: int) -> None:
+    if rows % TILE or not 0 < rows // 2 <= MAX_BOX:
+        raise ValueError(f"a TMA tile covers 16-512 weight rows in multiples of 16, got {rows}")
+    if n % TILE:
+        raise ValueError(f"N={n} must be a multiple of {TILE}")
+
+
+def weight_map_geometry(num_experts: int, n: int, k: int, rows: int) -> MapGeometry:
+    """qweight [E, N/16, K/64, 32, 4] int32 as boxes of one stage of ``rows`` weight rows."""
+    _check_rows(rows, n)
+    if k % TMA_BLOCK_K:
+        raise ValueError(f"K={k} must be a multiple of {TMA_BLOCK_K}")
+    words = LANES * TMA_BLOCK_K // TILE  # 128 int32 = 512 bytes: one n-tile's K block
+    blocks = k // TMA_BLOCK_K
+    return MapGeometry(DTYPE_INT32, (words, blocks, n // TILE, num_experts),
+                       (4 * words, 4 * words * blocks, 4 * words * blocks * (n // TILE)), (words, 1, rows // TILE, 1))
+
+
+def scale_map_geometry(num_experts: int, n: int, k: int, rows: int) -> MapGeometry:
+    """scale [E, K/32, N] bf16 as uint32 pairs, boxes of one stage's two groups of ``rows`` rows."""
+    _check_rows(rows, n)
+    groups = k // GROUP_SIZE
+    return MapGeometry(DTYPE_UINT32, (n // 2, groups, num_experts), (2 * n, 2 * n * groups),
+                       (rows // 2, TMA_BLOCK_K // GROUP_SIZE, 1))
+
+
+def _check_tensors(packed: PackedW4A16) -> None:
+    if packed.block_k != TMA_BLOCK_K:
+        raise ValueError(f"tensor maps are for BLOCK_K-{TMA_BLOCK_K} weights, this one is packed with "
+                         f"BLOCK_K {packed.block_k} (mode {packed.mode!r})")
+    for name, t in (("qweight", packed.qweight), ("scale", packed.scale)):
+        if not t.is_contiguous() or t.data_ptr() % 16:
+            raise ValueError(f"packed {name} must be contiguous and 16-byte aligned for the TMA producer "
+                             f"(strides {t.stride()}, address {t.data_ptr():#x})")
+
+
+_maps: dict[tuple, bytes] = {}
+
+
+def tensor_maps(packed: PackedW4A16, rows: int) -> bytes:
+    """The weight map then the scale map (128 bytes each) for tiles of ``rows`` weight rows,
+    encoded once per (tensors' addresses and shapes, rows): a map holds only those."""
+    qw, sc = packed.qweight, packed.scale
+    key = (qw.data_ptr(), sc.data_ptr(), qw.shape, rows)
+    maps = _maps.get(key)
+    if maps is None:
+        _check_tensors(packed)
+        e, n, k = packed.num_experts, packed.n, packed.k
+        maps = encode(weight_map_geometry(e, n, k, rows), qw.data_ptr()) + encode(scale_map_geometry(e, n, k, rows),
+                                                                                  sc.data_ptr())
+        _maps[key] = maps
+    return maps
+
+
+def encode(geo: MapGeometry, address: int) -> bytes:
+    """The driver's 128-byte CUtensorMap for ``geo`` over the tensor at ``address``."""
+    from . import _launcher  # the extension only where a launch needs it
+
+    return _launcher.encode_tensor_map(geo.dtype, address, list(geo.dims), list(geo.strides), list(geo.box),
+                                       L2_PROMOTION_256B)

@@ -1,0 +1,103 @@
+"""The wgmma tile's tensor maps (chord_kernels.tma), checked on the CPU: each box, read the way the
+TMA unit reads it (dims, byte strides, zero fill past the tensor), holds exactly the bytes the
+tile's consumers expect in that ring slot."""
+
+import pytest
+import torch
+
+from chord_kernels import dispatch, layouts, ops, tma
+
+
+def read_box(storage: torch.Tensor, geo: tma.MapGeometry, coords: tuple[int, ...]) -> torch.Tensor:
+    """The box at ``coords`` (innermost first) of a 4-byte-element tensor map over ``storage``,
+    elements outside the dims zero: what lands in shared memory, outermost box dim first."""
+    flat = storage.contiguous().view(-1).view(torch.int32)
+    strides = (1,) + tuple(s // 4 for s in geo.strides)
+    full = torch.as_strided(flat, tuple(reversed(geo.dims)), tuple(reversed(strides)))
+    out = torch.zeros(tuple(reversed(geo.box)), dtype=torch.int32)
+    src = full[tuple(slice(c, min(c + b, d)) for c, b, d in reversed(list(zip(coords, geo.box, geo.dims, strict=True))))]
+    out[tuple(slice(0, n) for n in src.shape)] = src
+    return out
+
+
+def packed_weight(e: int, n: int, k: int, mode: str = "indexed") -> layouts.PackedW4A16:
+    g = torch.Generator().manual_seed(0)
+    codes = torch.randint(0, 16, (e, n, k), dtype=torch.uint8, generator=g)
+    scale = (torch.rand(e, n, k // 32, generator=g) + 0.5).to(torch.bfloat16)
+    return layouts.pack_w4a16(codes, scale, mode)
+
+
+@pytest.mark.parametrize("rows", [512, 256, 128])
+def test_weight_box_is_the_tiles_n_tiles_of_one_stage(rows):
+    e, n, k = 3, 336, 256  # N ends inside a 256- and a 512-row tile: the last box reads past N
+    packed = packed_weight(e, n, k)
+    geo = tma.weight_map_geometry(e, n, k, rows)
+    for expert, col_tile, stage in [(0, 0, 0), (2, 1, 3), (1, (n - 1) // rows, 2)]:
+        box = read_box(packed.qweight, geo, (0, stage, col_tile * rows // 16, expert))
+        assert box.shape == (1, rows // 16, 1, 128)
+        for t in range(rows // 16):  # ring slot n-tile t: the consumer's tile_in_cta == t
+            tile = col_tile * rows // 16 + t
+            want = packed.qweight[expert, tile, stage].reshape(-1) if tile < n // 16 else torch.zeros(128, dtype=torch.int32)
+            assert torch.equal(box[0, t, 0], want)
+
+
+@pytest.mark.parametrize("rows", [512, 256, 128])
+def test_scale_box_is_the_stages_two_groups_of_the_tiles_rows(rows):
+    e, n, k = 2, 336, 256
+    packed = packed_weight(e, n, k)
+    geo = tma.scale_map_geometry(e, n, k, rows)
+    for expert, col_tile, stage in [(0, 0, 0), (1, (n - 1) // rows, 3)]:
+        box = read_box(packed.scale, geo, (col_tile * rows // 2, 2 * stage, expert))
+        got = box[0].contiguous().view(torch.bfloat16)  # [2 groups][rows] as the tile reads it
+        want = torch.zeros(2, rows, dtype=torch.bfloat16)
+        cols = packed.scale[expert, 2 * stage:2 * stage + 2, col_tile * rows:(col_tile + 1) * rows]
+        want[:, :cols.shape[1]] = cols
+        assert torch.equal(got, want)
+
+
+def test_box_bytes_are_a_ring_slots_weights_and_scales():
+    """WgmmaTile::kTmaStageBytes (the bytes `full` is armed with) = the two boxes, for every
+    wgmma tile shape the dispatch builds."""
+    for wm, cwg in [(1, 2), (2, 2), (2, 4)]:
+        rows = cwg * 64 * wm
+        slot = dispatch.wgmma_smem_bytes(wm, 32, 2, cwg) - dispatch.wgmma_smem_bytes(wm, 32, 1, cwg)
+        act_ids_barriers = 32 * 128 + 32 * 4 + 16
+        geos = tma.weight_map_geometry(48, 4096, 7168, rows), tma.scale_map_geometry(48, 4096, 7168, rows)
+        assert sum(g.box_bytes for g in geos) == slot - act_ids_barriers
+
+
+def test_kimi_geometry():
+    w = tma.weight_map_geometry(48, 4096, 7168, 512)
+    assert w.dims == (128, 112, 256, 48) and w.box == (128, 1, 32, 1)
+    assert w.strides == (512, 512 * 112, 512 * 112 * 256)
+    s = tma.scale_map_geometry(48, 7168, 2048, 512)
+    assert s.dims == (3584, 64, 48) and s.box == (256, 2, 1) and s.strides == (14336, 14336 * 64)
+
+
+def test_geometry_rejects_what_a_box_cannot_hold():
+    with pytest.raises(ValueError, match="16-512 weight rows"):
+        tma.weight_map_geometry(1, 512, 256, 1024)
+    with pytest.raises(ValueError, match="K=96"):
+        tma.weight_map_geometry(1, 512, 96, 256)
+
+
+def test_tensor_maps_refuse_block_k_128_and_strided_tensors():
+    masked = packed_weight(2, 64, 256, "masked")
+    with pytest.raises(ValueError, match="BLOCK_K 128"):
+        tma.tensor_maps(masked, 128)
+    packed = packed_weight(2, 64, 256)
+    strided = layouts.PackedW4A16("indexed", packed.qweight[:, ::2], packed.scale[:, :, ::2], 64)
+    with pytest.raises(ValueError, match="qweight must be contiguous"):
+        tma.tensor_maps(strided, 128)
+
+
+def test_tma_launches_take_the_maps_in_their_parameters():
+    """Every BLOCK_K-64 wgmma launch is declared with MoeTmaParams and appends the maps (448 bytes:
+    MoeParams, padding to 192, two 128-byte maps); masked (BLOCK_K 128) and mma launches do not."""
+    assert ops._TMA_MAPS_OFFSET == 192 and ops._TMA_MAPS_OFFSET + 256 == 448
+    for launch in (dispatch.indexed_wgmma(2, 32, 8, cwg=4), dispatch.indexed_wgmma_streamk(2, 56, 8),
+                   dispatch.grouped_wgmma("contiguous", 2, 128, 6, 64)):
+        assert launch.tensor_maps and launch.spec.params_type == "chord::MoeTmaParams"
+        assert "run(chord::moe_params(params))" in launch.spec.source()
+    for launch in (dispatch.grouped_wgmma("masked", 2, 56, 6, 128), dispatch.indexed_mma_streamk(2, 2, 256)):
+        assert not launch.tensor_maps and launch.spec.params_type == "chord::MoeParams"
