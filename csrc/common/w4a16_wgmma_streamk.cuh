@@ -48,7 +48,7 @@ struct WgmmaStreamK {
   // The host keeps row tiles x column tiles x stages under 2^31 (chord_kernels/ops.py).
   __device__ static void run(const MoeParams& p) {
     Smem& sm = Tile::smem();
-    const StreamKWork w(Rows::count(p), (p.n + kRows - 1) / kRows, p.k / Tile::kStageK, p.k);
+    const StreamKWork w(Rows::count(p), (p.n + kRows - 1) / kRows, p.k / Tile::kStageK, p.k, /*whole_last_wave=*/true);
     if (w.iterations() == 0) return;  // uniform per CTA, before any barrier
     Tile::init_barriers(sm, 2 * kProducerThreads);
     Tile::template split_roles<kProducerRegs, kConsumerRegs>([&] { produce(p, sm, w); }, [&] { consume(p, sm, w); });

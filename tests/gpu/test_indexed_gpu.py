@@ -147,6 +147,37 @@ def test_streamk_split_tiles_and_locks_left_zero(kernel_family):
             assert not locks.any(), "a launch left a stream-K lock non-zero"
 
 
+@pytest.mark.parametrize("tuning", ["", "CWG=4"])
+def test_wgmma_streamk_nearly_full_last_wave(kernel_family, tuning, monkeypatch):
+    """Long K, one tile per expert: a last wave 7/8 full or more runs every tile whole (the
+    data-parallel part then is not a multiple of the grid), a little less splits the last two
+    waves (streamk_schedule.cuh, whole_last_wave). Both against the reference, twice, locks zero."""
+    from chord_kernels import ops
+
+    from .moe_problems import Problem
+
+    if kernel_family != "wgmma_sk":
+        pytest.skip("the wgmma stream-K schedule only")
+    monkeypatch.setenv("CHORD_W4A16_TUNING", tuning)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count  # one CTA an SM: the grid
+    g = torch.Generator().manual_seed(5)
+    n, k = 256, 1024
+    for experts in (sms + -(-7 * sms // 8), sms + 7 * sms // 8 - 12):
+        codes = torch.randint(0, 16, (experts, n, k), generator=g, dtype=torch.uint8)
+        scale = (torch.rand(experts, n, k // 32, generator=g) * 0.05).to(torch.bfloat16)
+        packed = layouts.pack_w4a16(codes, scale, "indexed").to("cuda")
+        a = torch.randn(experts, k, generator=g).to(torch.bfloat16).to("cuda")
+        topk = torch.arange(experts, dtype=torch.int32).view(experts, 1)  # one row an expert: one tile each
+        problem = Problem(a, codes.cuda(), scale.cuda(), packed, topk.cuda(), None, 1)
+        sorted_ids, expert_ids, ntp = align(problem, 16)
+        out = run_indexed(problem, sorted_ids, expert_ids, ntp, 16)
+        check_against_reference(problem, out, sorted_ids, expert_ids, ntp, 16)
+        again = run_indexed(problem, sorted_ids, expert_ids, ntp, 16)
+        ids = reference_fp32(problem, sorted_ids, expert_ids, ntp, 16)[0]
+        assert torch.equal(again[ids], out[ids]), "stream-K result changed between runs"
+        assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), "a lock left non-zero"
+
+
 @pytest.mark.parametrize("tuning", ["CWG=4", "CWG=4,WM=1", "CWG=4,BN=56", "CWG=4,BN=48", "CWG=2,BN=56"])
 def test_four_consumer_warpgroups(kernel_family, tuning, monkeypatch):
     """The wgmma tile with 4 consumer warpgroups (640 threads; 512 weight rows a CTA at WM=2; auto
