@@ -113,27 +113,28 @@ struct WgmmaStreamK {
     cp_async_wait<0>();
   }
 
+  // The walk alone says when the run ends (no iteration count), and the slot to release is the
+  // previous iteration's: two registers fewer, which the 512 x 32 tile (4 consumer warpgroups at
+  // 104 registers) needs to hold the schedule without spilling.
   __device__ static void consume(const MoeParams& p, Smem& sm, const StreamKWork& w) {
     const int ctid = threadIdx.x - kProducerThreads;
-    const int iterations = w.iterations();
     typename Tile::Acc acc;
     typename Tile::AFrag afrag;
-    Walk at(w);
-    int held = -1;  // the slot read by the group still in flight, released after the next stage's first step
-    bool first = true;
-    for (int it = 0; it < iterations; ++it) {
+    Walk at(w);  // run() returned already if this CTA has no iteration
+    bool first = true;  // the tile's first stage: no group in flight reads an earlier slot
+    for (;;) {
       const int slot = at.slot;
       mbarrier_wait(&sm.full[slot], at.phase);
       Tile::mma_stage(sm, slot, acc, afrag, first);
-      if (held >= 0) Tile::release(sm, held);
-      held = slot, first = false;
+      if (!first) Tile::release(sm, slot == 0 ? STAGES - 1 : slot - 1);  // the group that read it retired
+      first = false;
       at.step();
       if (at.segment_done()) {
         Tile::drain(acc, afrag);
         finish_tile(p, sm, acc, at.first_iteration(w), w, at.col, sm.route[slot], ctid);
         Tile::release(sm, slot);  // the epilogue has read the slot's row ids
-        held = -1, first = true;
-        if (it + 1 < iterations) at.next_segment(w);
+        first = true;
+        if (!at.next_segment(w)) break;
       }
     }
     // Every group retired at the last tile's end already; said again here because ptxas cannot
