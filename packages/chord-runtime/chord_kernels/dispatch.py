@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from . import env
 from .jit.kernel import DEFAULT_ARCH, KernelSpec
 from .layouts import BLOCK_K_BY_MODE
+from .tma import TMA_BLOCK_K
 
 INDEXED_FAMILIES = ("auto", "mma_sk", "wgmma_sk", "mma", "wgmma", "simple")
 MAX_TOKEN_TILES = 8  # n8 token tiles per CTA in the mma kernel (64 routed rows)
@@ -307,7 +308,7 @@ def wgmma_uses_tma(block_k: int) -> bool:
     """WgmmaTile::kTma: on BLOCK_K-64 weights the producer loads a stage's weights and scales as
     two tensor-map boxes (docs/design/indexed-kernels.md v22); BLOCK_K 128 (masked) keeps its
     cp.async stage pairs."""
-    return block_k == 64
+    return block_k == TMA_BLOCK_K
 
 
 def wgmma_launch(family: str, header: str, body: str, template_args: tuple, wm: int, bn: int, stages: int,

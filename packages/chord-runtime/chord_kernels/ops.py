@@ -39,10 +39,17 @@ assert _PARAMS_POINTERS.size + _PARAMS_TAIL.size == MOE_PARAMS.size  # the tail 
 # chord::MoeTmaParams: MoeParams, padding to the 64-byte aligned maps at 192, the two maps (448).
 _TMA_MAPS_OFFSET = 192
 _TMA_PAD = bytes(_TMA_MAPS_OFFSET - MOE_PARAMS.size)
+
 _POINTERS = ("a", "qweight", "scale", "out", "sorted_ids", "expert_ids", "num_tokens_padded",
              "m_indices", "expert_offsets", "masked_m")
 _INTS = ("num_routes", "n", "k", "top_k", "num_experts", "block_m", "num_blocks", "ctas_per_block",
          "sorted_len", "max_m")
+
+
+def _tma_params_tail(packed: PackedW4A16, launch: Launch) -> bytes:
+    """What a MoeTmaParams kernel takes after MoeParams: padding, then the weight's maps for the
+    launch's tile rows (encoded once per weight, chord_kernels.tma)."""
+    return _TMA_PAD + tma.tensor_maps(packed, launch.cols_per_cta)
 
 
 class ModeError(ValueError):
@@ -232,7 +239,7 @@ def _indexed_cuda(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, b
                                    sorted_ids.data_ptr(), expert_ids.data_ptr(), num_tokens_padded.data_ptr(),
                                    0, 0, 0) + tail
     if launch.tensor_maps:
-        params += _TMA_PAD + tma.tensor_maps(packed, launch.cols_per_cta)
+        params += _tma_params_tail(packed, launch)
     kernel.launch(grid, block, launch.smem_bytes, _current_stream(device_index), params)
 
 
@@ -351,7 +358,7 @@ def _grouped_cuda(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
                                    r if slot == 7 else 0, r if slot == 8 else 0, r if slot == 9 else 0,  # _ROUTE_SLOT
                                    ) + tail
     if launch.tensor_maps:
-        params += _TMA_PAD + tma.tensor_maps(packed, launch.cols_per_cta)
+        params += _tma_params_tail(packed, launch)
     kernel.launch(grid, block, launch.smem_bytes, _current_stream(device_index), params)
 
 
