@@ -1,5 +1,6 @@
 """Dispatch as pure functions: which kernel each problem gets, overrides, printing, device checks."""
 
+import itertools
 import math
 
 import pytest
@@ -145,7 +146,7 @@ def test_prefill_block_pads_least():
 def test_block_m_windows_match_the_rule(experts):
     windows = dispatch.indexed_block_m_windows(experts)
     assert windows[0][0] == -1 and windows[-1][1] is None
-    assert all(a[1] == b[0] and a[2] != b[2] for a, b in zip(windows, windows[1:]))  # contiguous, merged
+    assert all(a[1] == b[0] and a[2] != b[2] for a, b in itertools.pairwise(windows))  # contiguous, merged
     for m in list(range(0, 40 * experts, 7)) + [w[0] + d for w in windows[1:] for d in (0, 1)] + [10**7]:
         hit = [bm for lo, hi, bm in windows if lo < m and (hi is None or m <= hi)]
         assert hit == [dispatch.indexed_block_m(m, experts)], m

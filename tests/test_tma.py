@@ -4,7 +4,6 @@ tile's consumers expect in that ring slot."""
 
 import pytest
 import torch
-
 from chord_kernels import dispatch, layouts, ops, tma
 
 

@@ -32,6 +32,15 @@ constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 constexpr int CU_FUNC_ATTRIBUTE_NUM_REGS = 4;
 constexpr int CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0;
 
+// A CUtensorMap's bytes, and cuTensorMapEncodeTiled's signature (CUDA 12.0+ drivers).
+struct TensorMapBytes {
+  alignas(64) std::uint64_t opaque[16];  // CUtensorMap
+};
+using EncodeTiled = CUresult (*)(TensorMapBytes*, int /*CUtensorMapDataType*/, unsigned /*rank*/, void* /*address*/,
+                                 const std::uint64_t* /*dims*/, const std::uint64_t* /*strides, bytes*/,
+                                 const unsigned* /*box*/, const unsigned* /*element strides*/, int /*interleave*/,
+                                 int /*swizzle*/, int /*L2 promotion*/, int /*OOB fill*/);
+
 struct Driver {
   CUresult (*cuInit)(unsigned);
   CUresult (*cuDeviceGet)(CUdevice*, int);
@@ -46,17 +55,9 @@ struct Driver {
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, CUstream, void**, void**);
   CUresult (*cuGetErrorString)(CUresult, const char**);
+  // Optional (null on a driver older than CUDA 12): every kernel that takes no tensor map still runs.
+  EncodeTiled cuTensorMapEncodeTiled;
 };
-
-// cuTensorMapEncodeTiled (CUDA 12.0+ drivers): resolved on first use, apart from the table
-// above, so that an older driver still runs every kernel that takes no tensor map.
-struct TensorMapBytes {
-  alignas(64) std::uint64_t opaque[16];  // CUtensorMap
-};
-using EncodeTiled = CUresult (*)(TensorMapBytes*, int /*CUtensorMapDataType*/, unsigned /*rank*/, void* /*address*/,
-                                 const std::uint64_t* /*dims*/, const std::uint64_t* /*strides, bytes*/,
-                                 const unsigned* /*box*/, const unsigned* /*element strides*/, int /*interleave*/,
-                                 int /*swizzle*/, int /*L2 promotion*/, int /*OOB fill*/);
 
 Driver g_driver{};
 bool g_loaded = false;
@@ -91,6 +92,7 @@ const Driver& driver() {
   resolve(lib, "cuOccupancyMaxActiveBlocksPerMultiprocessor", d.cuOccupancyMaxActiveBlocksPerMultiprocessor);
   resolve(lib, "cuLaunchKernel", d.cuLaunchKernel);
   resolve(lib, "cuGetErrorString", d.cuGetErrorString);
+  d.cuTensorMapEncodeTiled = reinterpret_cast<EncodeTiled>(dlsym(lib, "cuTensorMapEncodeTiled"));
   g_driver = d;
   g_loaded = true;
   return g_driver;
@@ -112,16 +114,8 @@ py::bytes encode_tensor_map(int dtype, std::uintptr_t address, const std::vector
                             int l2_promotion) {
   if (dims.empty() || dims.size() > 5 || strides.size() + 1 != dims.size() || box.size() != dims.size())
     throw std::invalid_argument("chord launcher: a tensor map takes 1-5 dims, one stride fewer, a box per dim");
-  driver();  // opens libcuda (or says why it cannot)
-  static EncodeTiled encode = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    if (!encode) {
-      encode = reinterpret_cast<EncodeTiled>(dlsym(dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL),
-                                                   "cuTensorMapEncodeTiled"));
-      if (!encode) throw std::runtime_error("chord launcher: libcuda lacks cuTensorMapEncodeTiled (driver older than CUDA 12)");
-    }
-  }
+  const EncodeTiled encode = driver().cuTensorMapEncodeTiled;  // opens libcuda (or says why it cannot)
+  if (!encode) throw std::runtime_error("chord launcher: libcuda lacks cuTensorMapEncodeTiled (driver older than CUDA 12)");
   std::vector<unsigned> element_strides(dims.size(), 1);
   TensorMapBytes map;
   std::memset(&map, 0, sizeof(map));

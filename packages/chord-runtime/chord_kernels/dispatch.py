@@ -113,7 +113,7 @@ def expected_tiles(rows_per_expert: float, block: int) -> float:
     return total
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def prefill_block_m(rows_per_expert: int) -> int:
     """The routing block for ``rows_per_expert`` (> 32) rows per expert: see the model above."""
     if rows_per_expert > PREFILL_MODEL_MAX_ROWS:
