@@ -29,15 +29,13 @@ CASES = {"mma": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
                    (3, 512, 640, 40, 2, 32), (2, 336, 640, 30, 2, 16), (3, 512, 640, 90, 2, 56),
                    # ~280 tiles: more than the resident CTAs, so each loops over 2-3 tiles
                    (4, 2048, 256, 2000, 2, 128))}
-# Case families that are a kernel family with a tuning override.
-FAMILY_KERNEL = {"wgmma_sk4": "wgmma_sk"}
-FAMILY_TUNING = {"wgmma_sk4": "CWG=4,STAGES=8"}
+# Case families that are a kernel family with a tuning override: (kernel family, tuning).
+OVERRIDES = {"wgmma_sk4": ("wgmma_sk", "CWG=4,STAGES=8")}
 ONLY = sys.argv[1:]  # optional: only these indexed families' cases, and "grouped" for the grouped ones
 for family, cases in CASES.items():
     if ONLY and family not in ONLY:
         continue
-    os.environ["CHORD_W4A16_INDEXED_KERNEL"] = FAMILY_KERNEL.get(family, family)
-    os.environ["CHORD_W4A16_TUNING"] = FAMILY_TUNING.get(family, "")
+    os.environ["CHORD_W4A16_INDEXED_KERNEL"], os.environ["CHORD_W4A16_TUNING"] = OVERRIDES.get(family, (family, ""))
     for e, n, k, tokens, top_k, block_m in cases:
         codes = torch.randint(0, 16, (e, n, k), generator=g, dtype=torch.uint8)
         scale = (torch.rand(e, n, k // 32, generator=g) * 0.05).to(torch.bfloat16)
