@@ -9,7 +9,8 @@
 #        CHORD_W4A16_INDEXED_KERNEL=wgmma_sk bash benchmarks/ncu_point.sh chord ep8 128 gate_up uniform wgsk
 #
 # Writes $OUT/ncu_<side>_<scn>_<proj>_T<T>_<dist>[_<label>].{ncu-rep,txt,raw.csv} (full section set,
-# clocks not locked, so times match the benchmark's). NCU_SET overrides the section set.
+# clocks not locked, so times match the benchmark's). NCU_SET overrides the section set; NCU_METRICS
+# (comma list) adds metrics, e.g. sm__cycles_active.max,sm__cycles_active.min for the SMs' balance.
 # The grouped family: put `-- --family grouped --paths grouped_contiguous` after the arguments.
 # Needs the wheels in .whl/ for the Humming side (carry .whl). Through the device tool, tar $OUT at
 # the end (each point leaves 4 files; the tool brings back only a few files per call).
@@ -43,7 +44,8 @@ args=(--routing-dir "$ROUTING" --scenarios "$SCN" --tokens "$T" --dists "$DIST" 
       --warmup-ms 1 --rep-ms 1 --budget-s 400 --out "$WORK/$NAME.json" "${EXTRA[@]}")
 env_py=(python3)
 [[ $SIDE == humming ]] && env_py=(env PYTHONPATH="$HSITE" HUMMING_SITE="$HSITE" python3)
-ncu --nvtx --nvtx-include "bench_point/" --clock-control none --set "${NCU_SET:-full}" \
+extra_metrics=(); [[ -n ${NCU_METRICS:-} ]] && extra_metrics=(--metrics "$NCU_METRICS")
+ncu --nvtx --nvtx-include "bench_point/" --clock-control none --set "${NCU_SET:-full}" "${extra_metrics[@]}" \
     --import-source no -f -o "$OUT/$NAME" "${env_py[@]}" -m "benchmarks.bench_$SIDE" "${args[@]}" \
     > "$OUT/$NAME.log" 2>&1
 echo "$NAME: ncu exit=$?"

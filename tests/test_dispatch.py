@@ -47,10 +47,10 @@ def test_indexed_prefill_choice_is_the_wgmma_tile(n, block_m, want):
     assert launch.ctas_per_block(problem) == 1
     # WgmmaTile::Smem: STAGES x (BN rows x 128 B, 8 warps x WM x 512 B, 2 groups x 128*WM bf16,
     # BN stream-K row ids, 2 mbarriers) + the epilogue's staging (2 warpgroups x BN rows x 72
-    # bf16) + 2 x BN int32 + the finisher flag (padded to 16 B)
+    # bf16) + 2 x BN int32 + the finisher flag, two claims and the stream-K schedule (padded: 48 B)
     cfg = launch.spec.config
     assert launch.smem_bytes == cfg["STAGES"] * (cfg["BN"] * 128 + 8 * cfg["WM"] * 512 + 2 * 128 * cfg["WM"] * 2
-                                                 + 4 * cfg["BN"] + 16) + 2 * cfg["BN"] * 72 * 2 + 8 * cfg["BN"] + 16
+                                                 + 4 * cfg["BN"] + 16) + 2 * cfg["BN"] * 72 * 2 + 8 * cfg["BN"] + 48
     assert launch.smem_bytes <= 227 * 1024
 
 
@@ -74,24 +74,25 @@ def test_short_k_prefill_is_the_wgmma_tile_on_the_stream_k_schedule(block_m, bn)
 
 def test_mid_batch_blocks():
     """Blocks of 8-16 rows stay on the stream-K mma kernel under ``auto``; 17-32 rows on deep K
-    and wide N take the 512-row wgmma tile with 4 consumer warpgroups (indexed only), short K or
-    narrow N the stream-K mma kernel; the family override runs every block on the wgmma tile with
-    N = 16 or 32."""
+    and wide N take the 512-row wgmma tile with 4 consumer warpgroups on the stream-K schedule
+    (v26), short K or narrow N the stream-K mma kernel; the family override runs every block on
+    the one-CTA wgmma tile with N = 16 or 32."""
     for block_m, bn in ((8, 16), (16, 16), (24, 32), (32, 32)):
         problem = IndexedProblem(4096, 7168, 48, 8, block_m)
         launch = dispatch.select_indexed(problem)
         if block_m <= 16:
             assert launch.spec.family == "indexed_mma_sk"
         else:
-            assert launch.spec.family == "indexed_wgmma" and launch.spec.config == {"WM": 2, "BN": 32, "STAGES": 8,
-                                                                                  "CWG": 4}
+            assert launch.spec.family == "indexed_wgmma_sk" and launch.spec.config == {"WM": 2, "BN": 32,
+                                                                                     "STAGES": 8, "CWG": 4}
             assert launch.spec.threads == 640 and launch.cols_per_cta == 512
         launch = dispatch.select_indexed(problem, family="wgmma")
         assert launch.spec.config["BN"] == bn and launch.rows_per_cta == bn and launch.ctas_per_block(problem) == 1
     for n, k in ((7168, 256), (512, 7168)):  # TP8 down (short K), TP8 gate_up (narrow N)
         assert dispatch.select_indexed(IndexedProblem(n, k, 384, 8, 32)).spec.family == "indexed_mma_sk"
-    # The stream-K schedule keeps 2 consumer warpgroups (with 4 it spills).
-    assert dispatch.select_indexed(IndexedProblem(4096, 7168, 48, 8, 32), family="wgmma_sk").spec.config["CWG"] == 2
+    # Off the mid batch the stream-K schedule keeps 2 consumer warpgroups (56-row blocks, short K).
+    for n, k, block_m in ((4096, 7168, 56), (7168, 256, 32)):
+        assert dispatch.select_indexed(IndexedProblem(n, k, 48, 8, block_m), family="wgmma_sk").spec.config["CWG"] == 2
 
 
 def test_grid_covers_n_and_every_routing_block():
@@ -184,15 +185,17 @@ def test_streamk_launch_is_persistent_with_a_workspace():
 
 @pytest.mark.parametrize("block_m,bn", [(8, 16), (16, 16), (32, 32), (64, 64), (128, 128)])
 def test_wgmma_streamk_launch(block_m, bn):
-    """The wgmma tile on the stream-K schedule: persistent, two partial slots of 256 consumer
-    threads x WM*BN/2 floats per CTA, 64-column iterations, the ring as deep as fits (<= 8; 7 at
-    BN 128 next to the epilogue's staging rows)."""
+    """The wgmma tile on the stream-K schedule: persistent, two partial slots of the consumer
+    threads (256, or 512 for the mid-batch 4-warpgroup tile at 17-32 rows) x WM*BN/2 floats per
+    CTA, 64-column iterations, the ring as deep as fits (<= 8; 7 at BN 128 next to the epilogue's
+    staging rows)."""
     problem = IndexedProblem(4096, 7168, 48, 8, block_m)
     launch = dispatch.select_indexed(problem, family="wgmma_sk")
     cfg = launch.spec.config
-    assert launch.spec.family == "indexed_wgmma_sk" and launch.spec.threads == 384
+    consumers = 512 if block_m == 32 else 256
+    assert launch.spec.family == "indexed_wgmma_sk" and launch.spec.threads == 128 + consumers
     assert cfg["BN"] == bn and cfg["WM"] == 2 and cfg["STAGES"] == (8 if bn < 128 else 7)
-    assert launch.persistent and launch.partial_floats == 2 * 256 * 2 * bn // 2 and launch.iteration_k == 64
+    assert launch.persistent and launch.partial_floats == 2 * consumers * 2 * bn // 2 and launch.iteration_k == 64
     assert launch.smem_bytes + 1024 <= 227 * 1024
     narrow = dispatch.select_indexed(IndexedProblem(128, 256, 8, 8, block_m), family="wgmma_sk")
     assert narrow.spec.config["WM"] == 1 and narrow.cols_per_cta == 128
@@ -225,7 +228,7 @@ def test_profiles_cover_the_heuristic():
             "chord_indexed_simple_BLOCK_K64", "chord_indexed_wgmma_WM2_BN128_STAGES6_CWG2",
             "chord_indexed_wgmma_WM2_BN64_STAGES6_CWG2", "chord_indexed_wgmma_WM2_BN32_STAGES8_CWG4"} <= symbols
     ep8 = {s.symbol for s in profile_specs("h200_ep8")}
-    assert "chord_indexed_wgmma_WM2_BN128_STAGES6_CWG2" in ep8 and "chord_indexed_wgmma_WM2_BN32_STAGES8_CWG4" in ep8
+    assert "chord_indexed_wgmma_WM2_BN128_STAGES6_CWG2" in ep8 and "chord_indexed_wgmma_sk_WM2_BN32_STAGES8_CWG4" in ep8
 
 
 def test_non_sm90_gpu_is_a_clear_error(monkeypatch):

@@ -40,8 +40,9 @@ struct WgmmaStreamK {
   using Fixup = StreamKFixup<kConsumerThreads, kAcc>;
   // The producer walks the schedule and keeps two row tiles' indices: it needs more registers
   // than the one-tile producer (at 64-88 it spilled), the consumers a little fewer. With 4
-  // consumer warpgroups (reached only by CHORD_W4A16_TUNING) the one-CTA tile's 64/104: at the
-  // launch's 96 for both the consumers spill 138 bytes, at 64/104 the producer 32 (v21).
+  // consumer warpgroups (the indexed mid-batch tile, 512 x 32) the one-CTA tile's 64/104: at the
+  // launch's 96 for both the consumers spill 138 bytes (v21); their schedule lives in shared
+  // memory (run).
   static constexpr int kProducerRegs = CWG == 2 ? 88 : 64;
   static constexpr int kConsumerRegs = CWG == 2 ? 208 : 104;
 
@@ -51,7 +52,12 @@ struct WgmmaStreamK {
     const StreamKWork w(Rows::count(p), (p.n + kRows - 1) / kRows, p.k / Tile::kStageK, p.k, /*whole_last_wave=*/true);
     if (w.iterations() == 0) return;  // uniform per CTA, before any barrier
     Tile::init_barriers(sm, 2 * kProducerThreads);
-    Tile::template split_roles<kProducerRegs, kConsumerRegs>([&] { produce(p, sm, w); }, [&] { consume(p, sm, w); });
+    // 4 consumer warpgroups (104 registers a thread, 32 of them accumulators): the consumers read
+    // the schedule from shared memory (split_roles' barrier publishes it), where holding it spilled
+    // 8 bytes; they touch it only at segment ends. With 2 the registers are there.
+    if (CWG == 4 && threadIdx.x == 0) sm.work = w;
+    Tile::template split_roles<kProducerRegs, kConsumerRegs>([&] { produce(p, sm, w); },
+                                                             [&] { consume(p, sm, CWG == 4 ? sm.work : w); });
   }
 
   // A producer thread's tile rows (Tile::act_row_of) of one row tile: route ids, -1 = none.

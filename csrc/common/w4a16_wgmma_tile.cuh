@@ -31,6 +31,7 @@
 #include "common/mma_sm80.cuh"
 #include "common/moe_params.cuh"
 #include "common/staged_store.cuh"
+#include "common/streamk_schedule.cuh"
 #include "common/tma_sm90.cuh"
 #include "common/w4a16_fragment.cuh"
 #include "common/wgmma_sm90.cuh"
@@ -97,6 +98,9 @@ struct WgmmaTile {
     uint64_t empty[STAGES];  // every consumer thread is done with the slot (128*CWG arrivals)
     int32_t finisher;        // stream-K: "this CTA adds up the split tile"
     int32_t claimed[2];      // tile loop: the producer's last two claims (inside the struct's padding)
+    // Stream-K with 4 consumer warpgroups: the CTA's schedule, which those consumers read from
+    // here instead of holding it in registers (at 104 a thread it spilled; common/w4a16_wgmma_streamk.cuh).
+    StreamKWork work;
   };
 
   __device__ static Smem& smem() {

@@ -44,11 +44,13 @@ WGMMA_MIN_K = 1024
 # last wave's idle slots cost most (docs/design/indexed-kernels.md, v9: faster or equal at every
 # point with blocks of 8-32 rows; 2x slower with 128-row blocks, which belong to the wgmma tile).
 STREAMK_MAX_BLOCK_M = 32
-# Indexed mid batch (routing blocks of 17-32 rows) on deep K and wide N: the wgmma tile with 4
-# consumer warpgroups and 512 weight rows per CTA, one CTA per tile (v13, H200, EP8 T=128, sum
-# of gate_up and down: 523 -> 475 µs against the stream-K mma tile, skewed 561 -> 550; at
-# 16-row blocks it lost, 269 -> 345 at EP8 T=64 gate_up). Blocks of 56 take the same tile on
-# deep K through wgmma_shape (v14).
+# Mid batch (tiles of 17-32 rows) on deep K and wide N: the wgmma tile with 4 consumer
+# warpgroups and 512 weight rows per CTA (v13, H200, EP8 T=128, sum of gate_up and down: 523 ->
+# 475 µs against the stream-K mma tile, skewed 561 -> 550; at 16-row blocks it lost, 269 -> 345
+# at EP8 T=64 gate_up). The grouped family runs it one CTA per tile; the indexed family on the
+# stream-K schedule (v26: equal where the tiles fill their waves, EP8 T=128 455 vs 456 µs, and
+# faster where they do not, skewed 490 vs 525). Blocks of 56 take the same tile on deep K
+# through wgmma_shape (v14).
 MID_BATCH_WGMMA_ROWS = (17, 32)
 MID_BATCH_WGMMA_MIN_N = 2048  # measured on EP8 (N 4096, 7168); TP8 gate_up (N 512) reaches 17-32-row blocks only off the grid
 
@@ -287,10 +289,12 @@ def wgmma_smem_bytes(wm: int, bn: int, stages: int, cwg: int = 2) -> int:
     4*CWG consumer warps' weight chunks (WM x 512 bytes each), the CTA rows' two scale groups, the
     stream-K schedule's row ids and two mbarriers (full, empty); then the epilogue's staging rows
     (with 2 consumer warpgroups: BN rows of 64 + 8 BF16 each per warpgroup; else one row), two
-    int32 row indices per row and the stream-K finisher flag (the struct pads to 16 bytes)."""
+    int32 row indices per row, the stream-K finisher flag, the tile loop's two claims and the
+    stream-K schedule (6 int32; the struct pads to 16 bytes)."""
     rows = cwg * 64 * wm
     out_stage = (cwg * bn if cwg == 2 else 1) * (64 + 8) * 2
-    return stages * (bn * 128 + 4 * cwg * wm * 512 + 2 * rows * 2 + bn * 4 + 16) + out_stage + bn * 2 * 4 + 16
+    tail = -(-(4 + 2 * 4 + 6 * 4) // 16) * 16
+    return stages * (bn * 128 + 4 * cwg * wm * 512 + 2 * rows * 2 + bn * 4 + 16) + out_stage + bn * 2 * 4 + tail
 
 
 WGMMA_STAGE_K = 64  # K columns per ring stage of the wgmma tile (one 128-byte swizzle row)
@@ -470,7 +474,13 @@ def choose_indexed_mma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH
 
 
 def choose_indexed_wgmma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
-    cfg = apply_tuning(wgmma_streamk_shape(problem.n, problem.block_m), problem.k, tuning)
+    """Mid-batch blocks (is_mid_batch_tile) take the 512-row tile with 4 consumer warpgroups
+    (wgmma_shape), the rest wgmma_streamk_shape's 2-warpgroup tile."""
+    if is_mid_batch_tile(problem.block_m, problem.n, problem.k):
+        shape = wgmma_shape(problem.n, problem.block_m)
+    else:
+        shape = wgmma_streamk_shape(problem.n, problem.block_m)
+    cfg = apply_tuning(shape, problem.k, tuning)
     return indexed_wgmma_streamk(cfg["WM"], cfg["BN"], cfg["STAGES"], arch=arch, cwg=cfg["CWG"])
 
 
@@ -503,14 +513,22 @@ def resolve_indexed_family(problem: IndexedProblem, family: str = "auto") -> str
         raise ValueError(f"CHORD_W4A16_INDEXED_KERNEL={family!r}; expected one of {', '.join(INDEXED_FAMILIES)}")
     if family != "auto":
         return family
-    return mid_batch_family(problem.block_m, problem.n, problem.k) or auto_tile_family(problem.block_m, problem.k)
+    if is_mid_batch_tile(problem.block_m, problem.n, problem.k):
+        return "wgmma_sk"  # the 512-row tile on the stream-K schedule (MID_BATCH_WGMMA_ROWS)
+    return auto_tile_family(problem.block_m, problem.k)
+
+
+def is_mid_batch_tile(rows: int, n: int, k: int) -> bool:
+    """Tiles of 17-32 rows on deep K and wide N: the 512-row wgmma tile with 4 consumer
+    warpgroups (wgmma_shape), on the stream-K schedule (indexed) or one CTA per tile (grouped)."""
+    lo, hi = MID_BATCH_WGMMA_ROWS
+    return lo <= rows <= hi and k >= WGMMA_MIN_K and n >= MID_BATCH_WGMMA_MIN_N
 
 
 def mid_batch_family(rows: int, n: int, k: int) -> str | None:
-    """"wgmma" (the 512-row tile with 4 consumer warpgroups, wgmma_shape) for tiles of 17-32 rows
-    on deep K and wide N; else None (auto_tile_family decides)."""
-    lo, hi = MID_BATCH_WGMMA_ROWS
-    return "wgmma" if lo <= rows <= hi and k >= WGMMA_MIN_K and n >= MID_BATCH_WGMMA_MIN_N else None
+    """The grouped family's mid batch: "wgmma" (one CTA per tile) for is_mid_batch_tile, else
+    None (auto_tile_family decides)."""
+    return "wgmma" if is_mid_batch_tile(rows, n, k) else None
 
 
 def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: str = "auto",
