@@ -24,26 +24,32 @@ __device__ __forceinline__ void mbarrier_init_fence() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
-__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
-  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(smem_addr(bar))
-               : "memory");
+// The barrier operations take the barrier as a shared-memory address (smem_addr) or a pointer.
+// Hot loops pass addresses computed once (see WgmmaTile::Ring): from a pointer, ptxas rebuilt the
+// shared window's base (S2UR SR_CgaCtaId and two ULEAs) at every use, on the consumers' critical
+// path (ncu, docs/design/indexed-kernels.md v27).
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
 }
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) { mbarrier_arrive(smem_addr(bar)); }
 
 // Arrive on `bar` once every cp.async this thread issued so far has landed (counts as one of
 // the barrier's expected arrivals: .noinc).
-__device__ __forceinline__ void cp_async_mbarrier_arrive(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+__device__ __forceinline__ void cp_async_mbarrier_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
+__device__ __forceinline__ void cp_async_mbarrier_arrive(uint64_t* bar) { cp_async_mbarrier_arrive(smem_addr(bar)); }
 
-__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
   asm volatile(
       "{\n.reg .pred done;\n"
       "WAIT_%=:\n"
       "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}\n" ::"r"(smem_addr(bar)),
+      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
       "r"(parity)
       : "memory");
 }
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) { mbarrier_wait(smem_addr(bar), parity); }
 
 // A CTA barrier over a subset of its warps (ID 1..15; 0 is __syncthreads'): THREADS threads,
 // a multiple of 32, all of whole warps, must call it.

@@ -95,9 +95,10 @@ struct WgmmaStreamK {
       act = typename Tile::RowPointers(p, idx);
     };
     new_tile();
+    const typename Tile::Ring bars = Tile::ring(sm);
     for (int it = 0; it < iterations; ++it) {
       const int slot = ld.slot;
-      if (it >= STAGES) mbarrier_wait(&sm.empty[slot], ld.phase ^ 1);  // the slot's previous use released
+      if (it >= STAGES) mbarrier_wait(bars.empty(slot), ld.phase ^ 1);  // the slot's previous use released
       if (tid % 8 == 0 && ld.s + 1 == ld.s_end)  // the tile's epilogue reads its last slot's row ids
 #pragma unroll
         for (int i = 0; i < kActPerThread; ++i)
@@ -107,8 +108,8 @@ struct WgmmaStreamK {
       } else {
         Tile::arrive_unloaded(sm, slot);
       }
-      cp_async_mbarrier_arrive(&sm.full[slot]);
-      mbarrier_arrive(&sm.full[slot]);  // orders the row-id stores before the consumers' reads
+      cp_async_mbarrier_arrive(bars.full(slot));
+      mbarrier_arrive(bars.full(slot));  // orders the row-id stores before the consumers' reads
       ld.step();
       if (it + 1 < iterations && ld.segment_done()) {
         ld.next_segment(w);
@@ -127,18 +128,19 @@ struct WgmmaStreamK {
     typename Tile::Acc acc;
     typename Tile::AFrag afrag;
     Walk at(w);  // run() returned already if this CTA has no iteration
+    const typename Tile::Ring bars = Tile::ring(sm);
     bool first = true;  // the tile's first stage: no group in flight reads an earlier slot
     for (;;) {
       const int slot = at.slot;
-      mbarrier_wait(&sm.full[slot], at.phase);
+      mbarrier_wait(bars.full(slot), at.phase);
       Tile::mma_stage(sm, slot, acc, afrag, first);
-      if (!first) Tile::release(sm, slot == 0 ? STAGES - 1 : slot - 1);  // the group that read it retired
+      if (!first) Tile::release(bars, slot == 0 ? STAGES - 1 : slot - 1);  // the group that read it retired
       first = false;
       at.step();
       if (at.segment_done()) {
         Tile::drain(acc, afrag);
         finish_tile(p, sm, acc, at.first_iteration(w), w, at.col, sm.route[slot], ctid);
-        Tile::release(sm, slot);  // the epilogue has read the slot's row ids
+        Tile::release(bars, slot);  // the epilogue has read the slot's row ids
         first = true;
         if (!at.next_segment(w)) break;
       }

@@ -127,6 +127,20 @@ struct WgmmaTile {
     }
   }
 
+  // The ring's barriers as shared-memory addresses, each thread's computed once before its loop
+  // (the empty asm keeps ptxas from folding them back into per-use rebuilds of the shared window's
+  // base: mbarrier_sm90.cuh).
+  struct Ring {
+    uint32_t full0, empty0;
+    __device__ __forceinline__ uint32_t full(int slot) const { return full0 + 8 * slot; }
+    __device__ __forceinline__ uint32_t empty(int slot) const { return empty0 + 8 * slot; }
+  };
+  __device__ __forceinline__ static Ring ring(Smem& sm) {
+    Ring r{smem_addr(&sm.full[0]), smem_addr(&sm.empty[0])};
+    asm volatile("" : "+r"(r.full0), "+r"(r.empty0));
+    return r;
+  }
+
   // Hands the CTA to its roles after one last CTA-wide barrier (from there the warpgroups sync by
   // mbarrier): warpgroup 0 produces with P registers a thread, the others consume with C.
   template <int P, int C, class Produce, class Consume>
@@ -419,18 +433,19 @@ struct WgmmaTile {
     // released after the next stage's first step), and pairs must not wrap the ring.
     static_assert(!kBlockPairs || (STAGES % 2 == 0 && STAGES >= 4), "stage pairs need an even ring of 4+ slots");
     constexpr int kStep = kBlockPairs ? 2 : 1;
+    const Ring bars = ring(sm);
     for (int i = 0; i < num_stages; i += kStep) {
       const int slot = i % STAGES;
 #pragma unroll
       for (int q = 0; q < kStep; ++q)  // use (i + q) / STAGES - 1 of the slot released
-        if (i + q >= STAGES) mbarrier_wait(&sm.empty[slot + q], (((i + q) / STAGES) + 1) & 1);
+        if (i + q >= STAGES) mbarrier_wait(bars.empty(slot + q), (((i + q) / STAGES) + 1) & 1);
       if constexpr (kBlockPairs) {
         load_block_pair(p, sm, slot, src, rows, first_stage + i);
       } else {
         load_stage(p, sm, slot, src, rows, first_stage + i);
       }
 #pragma unroll
-      for (int q = 0; q < kStep; ++q) cp_async_mbarrier_arrive(&sm.full[slot + q]);
+      for (int q = 0; q < kStep; ++q) cp_async_mbarrier_arrive(bars.full(slot + q));
     }
     cp_async_wait<0>();
   }
@@ -510,9 +525,7 @@ struct WgmmaTile {
   // is also correct, but it was no faster (v18: same or slower on the H200) and racecheck cannot
   // follow the warp barrier: it reported the producer's refill racing the other 31 lanes' loads.
   // (Inside the k loop, the arrive makes ptxas serialize the wgmmas: C7513.)
-  __device__ __forceinline__ static void release(Smem& sm, int slot) {
-    mbarrier_arrive(&sm.empty[slot]);
-  }
+  __device__ __forceinline__ static void release(const Ring& bars, int slot) { mbarrier_arrive(bars.empty(slot)); }
 
   // Retire every wgmma group; from here the accumulators may be read.
   __device__ __forceinline__ static void drain(Acc& acc, AFrag& afrag) {
@@ -587,11 +600,12 @@ struct WgmmaTile {
   __device__ static void consume(const MoeParams& p, Smem& sm, int first_stage, int num_stages, int rank) {
     Acc acc;
     AFrag afrag;
+    const Ring bars = ring(sm);
     for (int i = 0; i < num_stages; ++i) {
       const int slot = i % STAGES;
-      mbarrier_wait(&sm.full[slot], (i / STAGES) & 1);
+      mbarrier_wait(bars.full(slot), (i / STAGES) & 1);
       mma_stage<kBlockPairs>(sm, slot, acc, afrag, i == 0);
-      if (i > 0) release(sm, (i - 1) % STAGES);
+      if (i > 0) release(bars, (i - 1) % STAGES);
     }
     drain(acc, afrag);
     if constexpr (SPLIT_K == 1) {

@@ -66,20 +66,21 @@ struct WgmmaTiles {
   }
 
   // Slot `slot` at ring position g (stages this CTA issued) is free: its use g / STAGES - 1 released.
-  __device__ static void wait_free(Smem& sm, int slot, int g) {
-    if (g >= STAGES) mbarrier_wait(&sm.empty[slot], ((g / STAGES) + 1) & 1);
+  __device__ static void wait_free(const typename Tile::Ring& bars, int slot, int g) {
+    if (g >= STAGES) mbarrier_wait(bars.empty(slot), ((g / STAGES) + 1) & 1);
   }
 
   // The slot's copies and, from thread 0, its plain stores (the tile id) complete `full`.
-  __device__ static void publish(Smem& sm, int slot) {
-    cp_async_mbarrier_arrive(&sm.full[slot]);
-    if (threadIdx.x == 0) mbarrier_arrive(&sm.full[slot]);
+  __device__ static void publish(const typename Tile::Ring& bars, int slot) {
+    cp_async_mbarrier_arrive(bars.full(slot));
+    if (threadIdx.x == 0) mbarrier_arrive(bars.full(slot));
   }
 
   __device__ static void produce(const MoeParams& p, Smem& sm, int cols, int tiles) {
     const int tid = threadIdx.x;
     const int num_stages = p.k / Tile::kStageK;
     Tile::prefetch_maps(p);
+    const typename Tile::Ring bars = Tile::ring(sm);
     int g = 0;  // ring position: stages this CTA has issued
     for (int n = 0;; ++n) {
       const int t = claim(p, sm, n);
@@ -98,7 +99,7 @@ struct WgmmaTiles {
       for (int s = 0; s < num_stages; s += kStagesPerStep, g += kStagesPerStep) {
         const int slot = g % STAGES;  // even when stages go in pairs (STAGES and num_stages even)
 #pragma unroll
-        for (int q = 0; q < kStagesPerStep; ++q) wait_free(sm, slot + q, g + q);
+        for (int q = 0; q < kStagesPerStep; ++q) wait_free(bars, slot + q, g + q);
         if (s == 0 && tid == 0) sm.tile[slot] = t;
         if constexpr (Tile::kBlockPairs) {
           Tile::load_block_pair(p, sm, slot, src, rows, s);
@@ -106,15 +107,15 @@ struct WgmmaTiles {
           Tile::load_stage(p, sm, slot, src, rows, s);
         }
 #pragma unroll
-        for (int q = 0; q < kStagesPerStep; ++q) publish(sm, slot + q);
+        for (int q = 0; q < kStagesPerStep; ++q) publish(bars, slot + q);
       }
     }
     // No more tiles: one slot more says so to the consumers.
     const int slot = g % STAGES;
-    wait_free(sm, slot, g);
+    wait_free(bars, slot, g);
     if (tid == 0) sm.tile[slot] = -1;
     Tile::arrive_unloaded(sm, slot);
-    publish(sm, slot);
+    publish(bars, slot);
     cp_async_wait<0>();
     // This CTA's claims are over; the last CTA to get here zeroes the counters for the next launch.
     if (tid == 0) {
@@ -132,8 +133,9 @@ struct WgmmaTiles {
     const int num_stages = p.k / Tile::kStageK;
     typename Tile::Acc acc;
     typename Tile::AFrag afrag;
+    const typename Tile::Ring bars = Tile::ring(sm);
     for (int g = 0;;) {  // g: ring position, stages this CTA has consumed
-      mbarrier_wait(&sm.full[g % STAGES], (g / STAGES) & 1);
+      mbarrier_wait(bars.full(g % STAGES), (g / STAGES) & 1);
       const int t = sm.tile[g % STAGES];  // read before the slot is released (the producer rewrites it)
       if (t < 0) break;
       const Located at = Rows::locate(p, t / cols);
@@ -144,13 +146,13 @@ struct WgmmaTiles {
       named_barrier_sync<kOutRowsBarrier, kConsumerThreads>();
       for (int s = 0; s < num_stages; ++s, ++g) {
         const int slot = g % STAGES;
-        mbarrier_wait(&sm.full[slot], (g / STAGES) & 1);
+        mbarrier_wait(bars.full(slot), (g / STAGES) & 1);
         Tile::template mma_stage<Tile::kBlockPairs>(sm, slot, acc, afrag, s == 0);
-        if (s > 0) Tile::release(sm, (g - 1) % STAGES);
+        if (s > 0) Tile::release(bars, (g - 1) % STAGES);
       }
       Tile::drain(acc, afrag);
       Tile::store(p, sm, acc, t % cols, sm.out_row);
-      Tile::release(sm, (g - 1) % STAGES);  // its last slot: every group that read it retired
+      Tile::release(bars, (g - 1) % STAGES);  // its last slot: every group that read it retired
     }
     // Said again after the loop: ptxas cannot prove every group retired on the loop's exit path,
     // and otherwise injects waits that serialize the wgmmas (as in the stream-K kernel).
