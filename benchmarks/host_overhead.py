@@ -42,6 +42,7 @@ def main() -> None:
     w_idx = layouts.pack_w4a16(codes, scale, "indexed")
     sorted_ids, expert_ids, ntp = routing.moe_align_block_size(topk, 8, e)
     out = torch.empty(4, n, dtype=torch.bfloat16, device="cuda")
+    out2 = out[:2]  # sliced once: a slice inside the timed call is a torch op (~6 µs on the H200 host)
     w_con = layouts.pack_w4a16(codes, scale, "contiguous")
     offsets = routing.counts_to_offsets(torch.tensor([1, 0, 1, 0], dtype=torch.int32, device="cuda"))
     w_msk = layouts.pack_w4a16(codes, scale, "masked")
@@ -53,7 +54,7 @@ def main() -> None:
     m_indices[0], m_indices[16] = 0, 2  # DeepGEMM form: segments of 8 aligned rows, -1 padding
     results = {
         "indexed": per_call_us(lambda: indexed(a, w_idx, sorted_ids, expert_ids, ntp, 2, 8, out), args.calls),
-        "contiguous_offsets": per_call_us(lambda: contiguous_offsets(a, w_con, offsets, out[:2], expected_m=1), args.calls),
+        "contiguous_offsets": per_call_us(lambda: contiguous_offsets(a, w_con, offsets, out2, expected_m=1), args.calls),
         "contiguous": per_call_us(lambda: contiguous(a8, w_con, m_indices, out8), args.calls),
         "masked": per_call_us(lambda: masked(a8, w_msk, counts, 1, out8), args.calls),
         "masked_3d": per_call_us(lambda: masked(a8_3d, w_msk, counts, 1, out8), args.calls),
