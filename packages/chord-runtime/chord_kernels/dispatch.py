@@ -48,9 +48,9 @@ STREAMK_MAX_BLOCK_M = 32
 # warpgroups and 512 weight rows per CTA (v13, H200, EP8 T=128, sum of gate_up and down: 523 ->
 # 475 µs against the stream-K mma tile, skewed 561 -> 550; at 16-row blocks it lost, 269 -> 345
 # at EP8 T=64 gate_up). The grouped family runs it one CTA per tile; the indexed family on the
-# stream-K schedule (v26: equal where the tiles fill their waves, EP8 T=128 455 vs 456 µs, and
-# faster where they do not, skewed 490 vs 525). Blocks of 56 take the same tile on deep K
-# through wgmma_shape (v14).
+# stream-K schedule (v26, same-run sweeps: equal to 2.5 % slower where the tiles fill their
+# waves, EP8 T=128; 3-6 % faster where they do not, skewed T=128-512). Blocks of 56 take the same
+# tile on deep K through wgmma_shape (v14).
 MID_BATCH_WGMMA_ROWS = (17, 32)
 MID_BATCH_WGMMA_MIN_N = 2048  # measured on EP8 (N 4096, 7168); TP8 gate_up (N 512) reaches 17-32-row blocks only off the grid
 
@@ -435,8 +435,8 @@ def wgmma_streamk_shape(n: int, rows: int) -> dict[str, int]:
     """wgmma_shape on the stream-K schedule: the ring as deep as shared memory allows, up to 8
     stages (the schedule pays its fill once per CTA, not per tile, so depth is only bytes in
     flight: 8 stages of 256 weight rows are 64 KB a SM, twice what covers HBM latency)."""
-    # 2 consumer warpgroups: with 4 the stream-K producer and consumers share 96 registers a
-    # thread and spill (v13: slower at every mid-batch point measured).
+    # 2 consumer warpgroups off the mid batch (the 4-warpgroup tile is for 17-32-row blocks,
+    # choose_indexed_wgmma_streamk; at BN 48/56 it would spill, v14).
     cfg = {**wgmma_shape(n, rows), "CWG": 2}
     per_stage = wgmma_smem_bytes(cfg["WM"], cfg["BN"], 2) - wgmma_smem_bytes(cfg["WM"], cfg["BN"], 1)
     fixed = wgmma_smem_bytes(cfg["WM"], cfg["BN"], 1) - per_stage
