@@ -14,15 +14,16 @@ from chord_kernels.profiles import profile_specs
     "n,k,block_m,want",
     [
         (4096, 7168, 8, {"NT": 2, "TT": 1, "STAGE_K": 256}),  # EP8 gate_up decode
-        (7168, 2048, 16, {"NT": 2, "TT": 2, "STAGE_K": 256}),  # EP8 down
-        (512, 7168, 16, {"NT": 2, "TT": 2, "STAGE_K": 256}),  # TP8 gate_up: stream-K keeps 2 tiles a warp
+        (7168, 2048, 8, {"NT": 2, "TT": 1, "STAGE_K": 256}),  # EP8 down decode
+        (512, 7168, 8, {"NT": 2, "TT": 1, "STAGE_K": 256}),  # TP8 gate_up: stream-K keeps 2 tiles a warp
+        (7168, 256, 16, {"NT": 2, "TT": 2, "STAGE_K": 256}),  # TP8 down, 16-row blocks (short K)
         (7168, 256, 32, {"NT": 4, "TT": 4, "STAGE_K": 128}),  # TP8 down, mid batch
         (160, 320, 5, {"NT": 1, "TT": 1, "STAGE_K": 64}),  # not Kimi: K only a multiple of 64
     ],
 )
 def test_indexed_choice(n, k, block_m, want):
     launch = dispatch.select_indexed(IndexedProblem(n, k, 8, 8, block_m))
-    # Decode and mid-batch blocks (up to 32 rows) run the mma tile on the stream-K schedule.
+    # Decode blocks, and mid-batch blocks on short K, run the mma tile on the stream-K schedule.
     assert launch.spec.family == "indexed_mma_sk" and launch.persistent
     assert {key: launch.spec.config[key] for key in want} == want
     assert launch.rows_per_cta == 8 * want["TT"] and launch.cols_per_cta == 64 * want["NT"]
@@ -73,23 +74,28 @@ def test_short_k_prefill_is_the_wgmma_tile_on_the_stream_k_schedule(block_m, bn)
 
 
 def test_mid_batch_blocks():
-    """Blocks of 8-16 rows stay on the stream-K mma kernel under ``auto``; 17-32 rows on deep K
-    and wide N take the 512-row wgmma tile with 4 consumer warpgroups on the stream-K schedule
-    (v26), short K or narrow N the stream-K mma kernel; the family override runs every block on
-    the one-CTA wgmma tile with N = 16 or 32."""
+    """Blocks of 8 rows stay on the stream-K mma kernel under ``auto``; 16-32 rows on deep K and
+    N >= 512 take the 512-row wgmma tile with 4 consumer warpgroups on the stream-K schedule (v26
+    for 17-32 rows, v28 for 16), short K the stream-K mma kernel; the family override runs every
+    block on the one-CTA wgmma tile with N = 16 or 32."""
     for block_m, bn in ((8, 16), (16, 16), (24, 32), (32, 32)):
         problem = IndexedProblem(4096, 7168, 48, 8, block_m)
         launch = dispatch.select_indexed(problem)
-        if block_m <= 16:
+        if block_m <= 8:
             assert launch.spec.family == "indexed_mma_sk"
         else:
-            assert launch.spec.family == "indexed_wgmma_sk" and launch.spec.config == {"WM": 2, "BN": 32,
+            assert launch.spec.family == "indexed_wgmma_sk" and launch.spec.config == {"WM": 2, "BN": bn,
                                                                                      "STAGES": 8, "CWG": 4}
             assert launch.spec.threads == 640 and launch.cols_per_cta == 512
         launch = dispatch.select_indexed(problem, family="wgmma")
         assert launch.spec.config["BN"] == bn and launch.rows_per_cta == bn and launch.ctas_per_block(problem) == 1
-    for n, k in ((7168, 256), (512, 7168)):  # TP8 down (short K), TP8 gate_up (narrow N)
+    # TP8 gate_up (N 512) takes it too; TP8 down (short K) and N under 512 keep the mma kernel.
+    assert dispatch.select_indexed(IndexedProblem(512, 7168, 384, 8, 16)).spec.config["CWG"] == 4
+    for n, k in ((7168, 256), (384, 7168)):
         assert dispatch.select_indexed(IndexedProblem(n, k, 384, 8, 32)).spec.family == "indexed_mma_sk"
+    # The grouped family's one-CTA mid batch stays at 17-32 rows on N >= 2048.
+    assert dispatch.mid_batch_family(16, 4096, 7168) is None and dispatch.mid_batch_family(32, 512, 7168) is None
+    assert dispatch.mid_batch_family(32, 4096, 7168) == "wgmma"
     # Off the mid batch the stream-K schedule keeps 2 consumer warpgroups (56-row blocks, short K).
     for n, k, block_m in ((4096, 7168, 56), (7168, 256, 32)):
         assert dispatch.select_indexed(IndexedProblem(n, k, 48, 8, block_m), family="wgmma_sk").spec.config["CWG"] == 2
@@ -186,13 +192,13 @@ def test_streamk_launch_is_persistent_with_a_workspace():
 @pytest.mark.parametrize("block_m,bn", [(8, 16), (16, 16), (32, 32), (64, 64), (128, 128)])
 def test_wgmma_streamk_launch(block_m, bn):
     """The wgmma tile on the stream-K schedule: persistent, two partial slots of the consumer
-    threads (256, or 512 for the mid-batch 4-warpgroup tile at 17-32 rows) x WM*BN/2 floats per
+    threads (256, or 512 for the mid-batch 4-warpgroup tile at 9-32 rows) x WM*BN/2 floats per
     CTA, 64-column iterations, the ring as deep as fits (<= 8; 7 at BN 128 next to the epilogue's
     staging rows)."""
     problem = IndexedProblem(4096, 7168, 48, 8, block_m)
     launch = dispatch.select_indexed(problem, family="wgmma_sk")
     cfg = launch.spec.config
-    consumers = 512 if block_m == 32 else 256
+    consumers = 512 if block_m in (16, 32) else 256
     assert launch.spec.family == "indexed_wgmma_sk" and launch.spec.threads == 128 + consumers
     assert cfg["BN"] == bn and cfg["WM"] == 2 and cfg["STAGES"] == (8 if bn < 128 else 7)
     assert launch.persistent and launch.partial_floats == 2 * consumers * 2 * bn // 2 and launch.iteration_k == 64
@@ -214,7 +220,7 @@ def test_print_configs_reports_each_choice_once(monkeypatch, capsys):
     dispatch.select_indexed(problem)
     dispatch.select_indexed(problem)
     err = capsys.readouterr().err
-    assert err.count("[chord] IndexedProblem(n=1024, k=2048") == 1 and "indexed_mma_sk[NT=2, TT=4" in err
+    assert err.count("[chord] IndexedProblem(n=1024, k=2048") == 1 and "indexed_wgmma_sk[WM=2, BN=32, STAGES=8, CWG=4]" in err
 
 
 def test_profiles_cover_the_heuristic():

@@ -44,15 +44,18 @@ WGMMA_MIN_K = 1024
 # last wave's idle slots cost most (docs/design/indexed-kernels.md, v9: faster or equal at every
 # point with blocks of 8-32 rows; 2x slower with 128-row blocks, which belong to the wgmma tile).
 STREAMK_MAX_BLOCK_M = 32
-# Mid batch (tiles of 17-32 rows) on deep K and wide N: the wgmma tile with 4 consumer
-# warpgroups and 512 weight rows per CTA (v13, H200, EP8 T=128, sum of gate_up and down: 523 ->
-# 475 µs against the stream-K mma tile, skewed 561 -> 550; at 16-row blocks it lost, 269 -> 345
-# at EP8 T=64 gate_up). The grouped family runs it one CTA per tile; the indexed family on the
-# stream-K schedule (v26, same-run sweeps: equal to 2.5 % slower where the tiles fill their
-# waves, EP8 T=128; 3-6 % faster where they do not, skewed T=128-512). Blocks of 56 take the same
-# tile on deep K through wgmma_shape (v14).
-MID_BATCH_WGMMA_ROWS = (17, 32)
-MID_BATCH_WGMMA_MIN_N = 2048  # measured on EP8 (N 4096, 7168); TP8 gate_up (N 512) reaches 17-32-row blocks only off the grid
+# Mid batch on deep K: the wgmma tile with 4 consumer warpgroups and 512 weight rows per CTA.
+# Grouped (one CTA per tile): tiles of 17-32 rows on N >= 2048 (v13, H200, EP8 T=128, sum of
+# gate_up and down: 523 -> 475 µs against the stream-K mma tile, skewed 561 -> 550; one CTA per
+# 16-row tile lost, 269 -> 345 at EP8 T=64 gate_up). On the grouped routings the stream-K schedule
+# of the same tile lost (grouped-kernels.md v12: masked EP8 T=128 461 -> 637 µs, offsets 434 ->
+# 454). Indexed (the stream-K schedule): blocks of 17-32 rows (v26, same-run sweeps: equal to
+# 2.5 % slower where the tiles fill their waves, EP8 T=128; 3-6 % faster where they do not,
+# skewed T=128-512) and, since v28, 16-row blocks (the 512 x 16 tile: EP8 T=64 432 -> 407 µs,
+# skewed 412 -> 390; TP8 T=512 458 -> 443, skewed 510 -> 497, its gate_up at N 512 -5 %).
+# Blocks of 56 take the same tile on deep K through wgmma_shape (v14).
+# (lowest rows, highest rows, lowest N) per family
+MID_BATCH_TILES = {"grouped": (17, 32, 2048), "indexed": (9, 32, 512)}
 
 
 def indexed_block_m(valid_shape_m: int, num_experts: int) -> int:
@@ -396,10 +399,10 @@ def wgmma_shape(n: int, rows: int) -> dict[str, int]:
     """Tile config of the wgmma kernel for a routing block of ``rows``: N of the wgmma is the
     smallest of 16/32/48/56/64/96/128 holding the block; two m64 weight tiles per warpgroup (half
     the activation bytes re-read per weight byte of one) unless N is too narrow; up to 56 rows 4
-    consumer warpgroups (512 weight rows, 8 stages; ``auto`` sends 17-32-row indexed blocks on deep
-    K here, v13, and 56-row blocks, v14), else 2 (256 weight rows, 6 stages: prefill, 64+ rows;
-    the depth made no difference in the v6 sweep). 16-row blocks reach it only by
-    CHORD_W4A16_INDEXED_KERNEL."""
+    consumer warpgroups (512 weight rows, 8 stages; ``auto`` sends mid-batch tiles on deep K here,
+    MID_BATCH_TILES: 17-32 rows since v13, indexed 16-row blocks since v28; 56-row blocks, v14),
+    else 2 (256 weight rows, 6 stages: prefill, 64+ rows; the depth made no difference in the v6
+    sweep)."""
     bn = next((b for b in WGMMA_BN_CHOICES if rows <= b), WGMMA_BN_CHOICES[-1])
     wm = 2 if n >= 256 else 1
     # Up to 56 rows the accumulators (WM * BN / 2 <= 56 a thread) fit 4 consumer warpgroups (512
@@ -476,7 +479,7 @@ def choose_indexed_mma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH
 def choose_indexed_wgmma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
     """Mid-batch blocks (is_mid_batch_tile) take the 512-row tile with 4 consumer warpgroups
     (wgmma_shape), the rest wgmma_streamk_shape's 2-warpgroup tile."""
-    if is_mid_batch_tile(problem.block_m, problem.n, problem.k):
+    if is_mid_batch_tile(problem.block_m, problem.n, problem.k, "indexed"):
         shape = wgmma_shape(problem.n, problem.block_m)
     else:
         shape = wgmma_streamk_shape(problem.n, problem.block_m)
@@ -513,22 +516,23 @@ def resolve_indexed_family(problem: IndexedProblem, family: str = "auto") -> str
         raise ValueError(f"CHORD_W4A16_INDEXED_KERNEL={family!r}; expected one of {', '.join(INDEXED_FAMILIES)}")
     if family != "auto":
         return family
-    if is_mid_batch_tile(problem.block_m, problem.n, problem.k):
-        return "wgmma_sk"  # the 512-row tile on the stream-K schedule (MID_BATCH_WGMMA_ROWS)
+    if is_mid_batch_tile(problem.block_m, problem.n, problem.k, "indexed"):
+        return "wgmma_sk"  # the 512-row tile on the stream-K schedule (MID_BATCH_TILES)
     return auto_tile_family(problem.block_m, problem.k)
 
 
-def is_mid_batch_tile(rows: int, n: int, k: int) -> bool:
-    """Tiles of 17-32 rows on deep K and wide N: the 512-row wgmma tile with 4 consumer
-    warpgroups (wgmma_shape), on the stream-K schedule (indexed) or one CTA per tile (grouped)."""
-    lo, hi = MID_BATCH_WGMMA_ROWS
-    return lo <= rows <= hi and k >= WGMMA_MIN_K and n >= MID_BATCH_WGMMA_MIN_N
+def is_mid_batch_tile(rows: int, n: int, k: int, family: str) -> bool:
+    """Mid-batch tiles on deep K and wide enough N (MID_BATCH_TILES[family]): the 512-row wgmma
+    tile with 4 consumer warpgroups (wgmma_shape), on the stream-K schedule (indexed) or one CTA
+    per tile (grouped)."""
+    lo, hi, min_n = MID_BATCH_TILES[family]
+    return lo <= rows <= hi and k >= WGMMA_MIN_K and n >= min_n
 
 
 def mid_batch_family(rows: int, n: int, k: int) -> str | None:
     """The grouped family's mid batch: "wgmma" (one CTA per tile) for is_mid_batch_tile, else
     None (auto_tile_family decides)."""
-    return "wgmma" if is_mid_batch_tile(rows, n, k) else None
+    return "wgmma" if is_mid_batch_tile(rows, n, k, "grouped") else None
 
 
 def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: str = "auto",
