@@ -48,7 +48,7 @@ STREAMK_MAX_BLOCK_M = 32
 # Grouped (one CTA per tile): tiles of 17-32 rows on N >= 2048 (v13, H200, EP8 T=128, sum of
 # gate_up and down: 523 -> 475 µs against the stream-K mma tile, skewed 561 -> 550; one CTA per
 # 16-row tile lost, 269 -> 345 at EP8 T=64 gate_up). On the grouped routings the stream-K schedule
-# of the same tile lost (grouped-kernels.md v12: masked EP8 T=128 461 -> 637 µs, offsets 434 ->
+# of the same tile lost (grouped-kernels.md v14: masked EP8 T=128 461 -> 637 µs, offsets 434 ->
 # 454). Indexed (the stream-K schedule): blocks of 17-32 rows (v26, same-run sweeps: equal to
 # 2.5 % slower where the tiles fill their waves, EP8 T=128; 3-6 % faster where they do not,
 # skewed T=128-512) and, since v28, 16-row blocks (the 512 x 16 tile: EP8 T=64 432 -> 407 µs,
