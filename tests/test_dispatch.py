@@ -16,7 +16,8 @@ from chord_kernels.profiles import profile_specs
         (4096, 7168, 8, {"NT": 2, "TT": 1, "STAGE_K": 256}),  # EP8 gate_up decode
         (7168, 2048, 8, {"NT": 2, "TT": 1, "STAGE_K": 256}),  # EP8 down decode
         (512, 7168, 8, {"NT": 2, "TT": 1, "STAGE_K": 256}),  # TP8 gate_up: stream-K keeps 2 tiles a warp
-        (7168, 256, 16, {"NT": 2, "TT": 2, "STAGE_K": 256}),  # TP8 down, 16-row blocks (short K)
+        (7168, 256, 8, {"NT": 4, "TT": 1, "STAGE_K": 128}),  # TP8 down decode: short K takes 256 weight rows
+        (7168, 256, 16, {"NT": 4, "TT": 2, "STAGE_K": 128}),  # TP8 down, 16-row blocks (short K)
         (7168, 256, 32, {"NT": 4, "TT": 4, "STAGE_K": 128}),  # TP8 down, mid batch
         (160, 320, 5, {"NT": 1, "TT": 1, "STAGE_K": 64}),  # not Kimi: K only a multiple of 64
     ],

@@ -265,11 +265,19 @@ def streamk_launch(family: str, header: str, body: str, template_args: tuple, nt
 def streamk_shape(n: int, k: int, rows: int) -> dict[str, int]:
     """mma_shape for the stream-K schedule: TT a power of two (rows divide 128), and narrow N
     (TP8 gate_up) keeps 2 weight tiles per warp, since the schedule fills the machine whatever
-    the tile count (half the activation bytes and B-fragment loads per weight byte)."""
+    the tile count (half the activation bytes and B-fragment loads per weight byte); wide N on
+    short K takes 4 (256 weight rows a tile)."""
     cfg = mma_shape(n, k, rows)
     cfg["TT"] = 1 << (cfg["TT"] - 1).bit_length()
     if n >= 256:
         cfg["NT"] = max(cfg["NT"], 2)
+    if n >= 2048 and k < WGMMA_MIN_K:
+        # Short K (TP8 down, K=256: one 256-column stage a 128-row tile): 256 weight rows a tile
+        # in two 128-column stages halve the per-tile work (row ids, partials, epilogue) per
+        # weight byte and keep 2 CTAs an SM (v30, H200: TP8 down T=128 125 -> 118 µs, T=512
+        # 186 -> 176, skewed 210 -> 197; T=20 equal). 256-column stages at NT 4 fit one CTA an
+        # SM and lost 20 %; deep K lost 1-3 % (EP8 T=8-32).
+        cfg["NT"], cfg["STAGE_K"] = 4, min(cfg["STAGE_K"], 128)
     return cfg
 
 
