@@ -364,3 +364,35 @@ def test_split_k_not_on_the_per_step_or_loop_tiles():
         dispatch.grouped_launch("masked", 4096, 7168, 8, 128, split_k=2)
     with pytest.raises(ValueError, match="the K split is"):
         dispatch.grouped_wgmma("masked", 2, 32, 8, 128, cwg=4, split_k=4)
+
+
+def test_grouped_taller_tile_for_a_wave():
+    # masked EP16 T=128 gate_up: 43 expected rows on 24 experts. 56-row tiles open a 4th wave
+    # whenever one expert passes 56 rows; 64-row tiles (the same 256-row, 2-warpgroup tile) do
+    # not: measured 248 -> 199 µs (grouped-kernels.md v16).
+    masked = dispatch.select_grouped(GroupedProblem("masked", 4096, 7168, 24, 43, 128))
+    assert masked.rows_per_cta == 64 and masked.spec.config["CWG"] == 2
+    assert dispatch.grouped_row_candidates(GroupedProblem("masked", 4096, 7168, 24, 43, 128)) == (56, 64, 96, 128)
+    # its down (28 column tiles: 672 tiles are 6 waves of either height) keeps the shorter tile
+    assert dispatch.select_grouped(GroupedProblem("masked", 7168, 2048, 24, 43, 128)).rows_per_cta == 56
+    # the offsets form at the same point: the taller tile would be another kind of tile (the
+    # 256 x 64 loop, not the 512 x 56 one-CTA tile), which lost under a skewed router: kept
+    offsets = dispatch.select_grouped(GroupedProblem("contiguous_offsets", 4096, 7168, 24, 43, 64))
+    assert offsets.rows_per_cta == 56 and offsets.cols_per_cta == 512
+    # decode and mid-batch tiles and the DeepGEMM form's powers of two are not searched
+    assert dispatch.grouped_row_candidates(GroupedProblem("masked", 4096, 7168, 24, 21, 128)) == (32,)
+    assert dispatch.grouped_row_candidates(GroupedProblem("contiguous", 4096, 7168, 24, 43, 64)) == (64,)
+    # many experts: the waves are many and the rounding small, the padding model decides
+    assert dispatch.select_grouped(GroupedProblem("masked", 4096, 7168, 48, 86, 128)).rows_per_cta == 96
+
+
+def test_grouped_cost_model_prefers_fewer_waves_and_fewer_rows():
+    p = GroupedProblem("masked", 4096, 7168, 24, 43, 128)
+    l56 = dispatch.grouped_launch("masked", 4096, 7168, 56, 128)
+    l64 = dispatch.grouped_launch("masked", 4096, 7168, 64, 128)
+    assert dispatch.same_tile_kind(l56, l64)
+    c56 = dispatch.grouped_launch_cost(p, 56, l56, 1, 132)
+    c64 = dispatch.grouped_launch_cost(p, 64, l64, 1, 132)
+    assert c64 < (1 - dispatch.PREFILL_TOLERANCE) * c56  # by 3.4 %: the padding model is steep at mid batch
+    # on a GPU with twice the SMs both fit one wave and the shorter tile is cheaper
+    assert dispatch.grouped_launch_cost(p, 56, l56, 1, 528) < dispatch.grouped_launch_cost(p, 64, l64, 1, 528)

@@ -20,6 +20,7 @@ from . import env
 from .jit.kernel import DEFAULT_ARCH, KernelSpec
 from .layouts import BLOCK_K_BY_MODE
 from .tma import TMA_BLOCK_K
+from .wave_model import expected_tiles, expected_waves, mean_row_tiles
 
 INDEXED_FAMILIES = ("auto", "mma_sk", "wgmma_sk", "mma", "wgmma", "simple")
 MAX_TOKEN_TILES = 8  # n8 token tiles per CTA in the mma kernel (64 routed rows)
@@ -101,21 +102,6 @@ BLOCK_COST_SCALE = {56: 0.96}
 # fewer tiles only where the model cannot tell the blocks apart.
 PREFILL_TOLERANCE = 0.02
 PREFILL_MODEL_MAX_ROWS = 512
-
-
-def expected_tiles(rows_per_expert: float, block: int) -> float:
-    """E[ceil(n / block)] for n ~ Poisson(rows_per_expert): sum over j >= 0 of P(n > j * block)."""
-    lam = float(rows_per_expert)
-    terms = int(lam + 12 * math.sqrt(lam) + 2 * block)  # the tail past this is below 1e-9
-    p = math.exp(-lam)  # P(n = 0); lam <= PREFILL_MODEL_MAX_ROWS keeps it a normal float
-    cdf, total = p, 0.0
-    for i in range(terms + 1):
-        if i:
-            p *= lam / i
-            cdf += p
-        if i % block == 0:
-            total += max(0.0, 1.0 - cdf)
-    return total
 
 
 @functools.cache
@@ -722,32 +708,90 @@ def auto_splits_k(launch: Launch, k: int) -> bool:
             and not wgmma_loads_operands_per_step(launch.spec.config))
 
 
-def grouped_split_k(problem: GroupedProblem, launch: Launch, sms: int, override: str = "auto") -> int:
-    """CTAs a tile for ``launch`` (unsplit): the wave model on the expected tiles (experts x
-    ceil(expected rows / tile rows) x column tiles), or the CHORD_GROUPED_SPLIT_K override (any
-    split the kernel and K allow)."""
+def grouped_split_choices(problem: GroupedProblem, launch: Launch, override: str = "auto") -> tuple[int, ...]:
+    """The K splits select_grouped weighs for ``launch`` (unsplit): the CHORD_GROUPED_SPLIT_K
+    override alone (any split the kernel and K allow), else every allowed split where the
+    dispatch itself splits (auto_splits_k), else none."""
     choices = split_k_choices(problem.k, problem.block_k) if splits_k(launch) else (1,)
     if override not in ("", "auto"):
         if not override.isdigit() or int(override) not in choices:
             raise ValueError(f"CHORD_GROUPED_SPLIT_K={override!r}: {launch.spec.describe()} on K={problem.k} takes "
                              f"auto or one of {', '.join(map(str, choices))}")
-        return int(override)
-    if not auto_splits_k(launch, problem.k):
-        return 1
-    tiles = (problem.num_experts * -(-problem.rows_per_expert // launch.rows_per_cta)
-             * -(-problem.n // launch.cols_per_cta))
-    return wave_split_k(tiles, problem.k // WGMMA_STAGE_K, sms, choices)
+        return (int(override),)
+    return choices if auto_splits_k(launch, problem.k) else (1,)
+
+
+def grouped_launch_cost(problem: GroupedProblem, rows: int, launch: Launch, split: int, sms: int) -> float:
+    """Expected time of ``launch`` on tiles of ``rows`` split over ``split`` CTAs, in model units:
+    waves x a tile's cost. Waves (wave_model): whole tiles on ``sms`` slots, the row tiles drawn
+    from the experts' Poisson rows; a stream-K schedule is balanced (its mean tiles over the
+    slots). A tile costs its weight rows x (rows + TILE_FIXED_ROWS) (prefill_block_m's model) x
+    its K stages plus SPLIT_K_FIXED_STAGES (wave_split_k's)."""
+    col_tiles = -(-problem.n // launch.cols_per_cta)
+    em, experts = problem.rows_per_expert, problem.num_experts
+    if launch.persistent:
+        waves = mean_row_tiles(em, experts, rows) * col_tiles * split / sms
+    else:
+        waves = expected_waves(em, experts, rows, col_tiles * split, sms)
+    stages = problem.k // WGMMA_STAGE_K
+    per_tile = (launch.cols_per_cta * (rows + TILE_FIXED_ROWS) * BLOCK_COST_SCALE.get(rows, 1.0)
+                * (stages / split + SPLIT_K_FIXED_STAGES))
+    return waves * per_tile
+
+
+def grouped_split_k(problem: GroupedProblem, launch: Launch, sms: int, override: str = "auto") -> int:
+    """CTAs a tile for ``launch`` (unsplit): the least grouped_launch_cost over
+    grouped_split_choices (ties to the smaller split)."""
+    choices = grouped_split_choices(problem, launch, override)
+    if len(choices) == 1:
+        return choices[0]
+    return min(choices, key=lambda s: (grouped_launch_cost(problem, launch.rows_per_cta, launch, s, sms), s))
+
+
+def grouped_row_candidates(problem: GroupedProblem) -> tuple[int, ...]:
+    """Tile heights select_grouped weighs: grouped_tile_rows, and for the offsets and masked forms
+    (tiles cut on the device, any height) past 32 rows every larger prefill block too, so a
+    taller tile may trade padding for a wave (grouped_launch_cost). The DeepGEMM form keeps its
+    power of two (a tile never straddles two 128-row aligned segments)."""
+    rows = grouped_tile_rows(problem.rows_per_expert, problem.routing)
+    if problem.routing == "contiguous" or rows not in PREFILL_BLOCK_M_CHOICES:
+        return (rows,)
+    return tuple(b for b in PREFILL_BLOCK_M_CHOICES if b >= rows)
+
+
+def same_tile_kind(a: Launch, b: Launch) -> bool:
+    """Launches that differ at most in their tile's rows: the same kernel family, consumer
+    warpgroups and weight rows a CTA, so the same cost per weight byte."""
+    return (a.spec.family == b.spec.family and a.cols_per_cta == b.cols_per_cta
+            and a.spec.config.get("CWG") == b.spec.config.get("CWG"))
 
 
 def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int = H200_SMS,
                    split_override: str = "auto") -> Launch:
-    """Grouped dispatch owns its layout search: no block_m or tuning overrides (by design); the
-    K split of the one-CTA tile takes CHORD_GROUPED_SPLIT_K (``split_override``) for experiments."""
+    """Grouped dispatch owns its layout search: no block_m or tuning overrides (by design). The
+    tile height and the one-CTA tile's K split come from one wave model (grouped_launch_cost):
+    a taller tile than grouped_tile_rows, on the same kind of tile (same_tile_kind), wins only
+    by more than PREFILL_TOLERANCE. The K split takes CHORD_GROUPED_SPLIT_K (``split_override``)
+    for experiments.
+
+    Why only the same kind of tile (grouped-kernels.md v16, H200, same-run sweep): at 43 expected
+    rows on 24 experts a taller tile cuts the waves of the uniform routing, where the model is
+    right, but a tile of another kind (the 512 x 56 one-CTA tile against the 256 x 64 loop) also
+    changes the cost per weight byte, and under a skewed router with the same expected rows
+    (which the host cannot tell apart) that lost 12 % (offsets EP16 T=128 gate_up 207 -> 247 µs,
+    uniform 211 -> 192)."""
     if problem.routing not in GROUPED_ROUTINGS:
         raise ValueError(f"unknown grouped routing {problem.routing!r}")
-    rows = grouped_tile_rows(problem.rows_per_expert, problem.routing)
-    launch = grouped_launch(problem.routing, problem.n, problem.k, rows, problem.block_k, arch)
-    split = grouped_split_k(problem, launch, sms, split_override)
+    best = None
+    for rows in grouped_row_candidates(problem):
+        launch = grouped_launch(problem.routing, problem.n, problem.k, rows, problem.block_k, arch)
+        if best is not None and not same_tile_kind(launch, best[2]):
+            continue
+        split = grouped_split_k(problem, launch, sms, split_override)
+        cost = grouped_launch_cost(problem, rows, launch, split, sms)
+        if best is None or cost < (1 - PREFILL_TOLERANCE) * best[0]:
+            best = (cost, rows, launch, split)
+    _, rows, launch, split = best
     if split > 1:
         launch = grouped_launch(problem.routing, problem.n, problem.k, rows, problem.block_k, arch, split)
     report_choice(problem, launch.spec)
