@@ -8,6 +8,9 @@
 #   bash benchmarks/sweep.sh --tokens 512,2048 [--scenarios ep8,tp8] [--dists uniform] -- \
 #       auto "mma64:CHORD_W4A16_INDEXED_KERNEL=mma:CHORD_W4A16_BLOCK_M=64"
 #   bash benchmarks/sweep.sh --family grouped --scenarios ep8,ep16 --tokens 128 -- new "$(bash benchmarks/ab_tree.sh main old)"
+#
+# ROUTING_SEED=N draws the routing with another seed (make_routing --seed; default 0, the
+# side-by-side's), to tell a rule's gain from one routing draw's luck.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 TOKENS=""; SCENARIOS="ep8,tp8"; DISTS="uniform"; FAMILY=indexed
@@ -27,7 +30,7 @@ OUT=${OUT:-.out/sweep}; mkdir -p "$OUT"
 ROUTING=${BENCH_WORK:-/tmp/chord-bench}/sweep-routing
 export CHORD_CACHE_DIR=${CHORD_CACHE_DIR:-/tmp/chord-jit} PYTHONUNBUFFERED=1
 POINTS=(--scenarios "$SCENARIOS" --dists "$DISTS"); [[ -n "$TOKENS" ]] && POINTS+=(--tokens "$TOKENS")
-python3 -m benchmarks.make_routing --dir "$ROUTING" "${POINTS[@]}" > "$OUT/sweep_routing.log" 2>&1 \
+python3 -m benchmarks.make_routing --dir "$ROUTING" "${POINTS[@]}" ${ROUTING_SEED:+--seed "$ROUTING_SEED"} > "$OUT/sweep_routing.log" 2>&1 \
   || { cat "$OUT/sweep_routing.log"; exit 4; }
 FILTER=(--family "$FAMILY" "${POINTS[@]}")
 JSONS=()

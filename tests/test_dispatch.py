@@ -393,6 +393,6 @@ def test_grouped_cost_model_prefers_fewer_waves_and_fewer_rows():
     assert dispatch.same_tile_kind(l56, l64)
     c56 = dispatch.grouped_launch_cost(p, 56, l56, 1, 132)
     c64 = dispatch.grouped_launch_cost(p, 64, l64, 1, 132)
-    assert c64 < (1 - dispatch.PREFILL_TOLERANCE) * c56  # by 3.4 %: the padding model is steep at mid batch
+    assert c64 < 0.95 * c56
     # on a GPU with twice the SMs both fit one wave and the shorter tile is cheaper
     assert dispatch.grouped_launch_cost(p, 56, l56, 1, 528) < dispatch.grouped_launch_cost(p, 64, l64, 1, 528)

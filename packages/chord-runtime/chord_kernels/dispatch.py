@@ -734,8 +734,10 @@ def grouped_launch_cost(problem: GroupedProblem, rows: int, launch: Launch, spli
     else:
         waves = expected_waves(em, experts, rows, col_tiles * split, sms)
     stages = problem.k // WGMMA_STAGE_K
-    per_tile = (launch.cols_per_cta * (rows + TILE_FIXED_ROWS) * BLOCK_COST_SCALE.get(rows, 1.0)
-                * (stages / split + SPLIT_K_FIXED_STAGES))
+    # BLOCK_COST_SCALE is the 4-warpgroup 512 x 56 tile's; a 56-row tile on 2 warpgroups (BLOCK_K
+    # 128) costs what its rows say (v16: masked 56 -> 64-row tiles, 62 -> 66 µs a tile wave, +7 %).
+    scale = BLOCK_COST_SCALE.get(rows, 1.0) if launch.spec.config.get("CWG") == 4 else 1.0
+    per_tile = launch.cols_per_cta * (rows + TILE_FIXED_ROWS) * scale * (stages / split + SPLIT_K_FIXED_STAGES)
     return waves * per_tile
 
 
@@ -771,8 +773,9 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
     """Grouped dispatch owns its layout search: no block_m or tuning overrides (by design). The
     tile height and the one-CTA tile's K split come from one wave model (grouped_launch_cost):
     a taller tile than grouped_tile_rows, on the same kind of tile (same_tile_kind), wins only
-    by more than PREFILL_TOLERANCE. The K split takes CHORD_GROUPED_SPLIT_K (``split_override``)
-    for experiments.
+    by more than PREFILL_TOLERANCE (near-ties keep the shorter tile: at ~85 rows on 48 experts
+    128 comes within 2 % of 96, which measured 3-7 % faster, indexed v18). The K split takes
+    CHORD_GROUPED_SPLIT_K (``split_override``) for experiments.
 
     Why only the same kind of tile (grouped-kernels.md v16, H200, same-run sweep): at 43 expected
     rows on 24 experts a taller tile cuts the waves of the uniform routing, where the model is
