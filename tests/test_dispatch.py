@@ -311,14 +311,13 @@ def test_grouped_block_k_128_avoids_per_step_operand_loads():
             assert not dispatch.wgmma_loads_operands_per_step(cfg), launch.spec.symbol
 
 
-@pytest.mark.parametrize("tiles,stages,want", [(192, 112, 2),  # EP16 T=64 gate_up: 2 waves -> 3 half waves
-                                               (96, 112, 1),   # EP32 T=64 gate_up: 0.73 waves, 1.45 split
-                                               (384, 112, 1),  # EP8 T=128 gate_up: 2.9 waves already
-                                               (168, 32, 2),   # the model alone (auto never splits K 2048)
-                                               (336, 32, 1),
-                                               (132, 112, 1)])  # one full wave
-def test_wave_split_k(tiles, stages, want):
-    assert dispatch.wave_split_k(tiles, stages, 132) == want
+@pytest.mark.parametrize("experts,rows,n,k,want", [(24, 21, 4096, 7168, 2),  # EP16 T=64 gate_up: 2 waves -> 3 half waves
+                                                    (12, 21, 4096, 7168, 1),  # EP32 T=32: 0.73 waves, 1.45 split
+                                                    (48, 21, 4096, 7168, 1),  # EP8 T=128: 2.9 waves already
+                                                    (24, 28, 4096, 7168, 1)])  # overflowing experts: split opens a 4th
+def test_grouped_split_by_waves(experts, rows, n, k, want):
+    launch = dispatch.select_grouped(GroupedProblem("contiguous_offsets", n, k, experts, rows, 64))
+    assert launch.split_k == want and launch.spec.config["BN"] == 32
 
 
 def test_split_k_choices():

@@ -661,16 +661,6 @@ def split_k_choices(k: int, block_k: int) -> tuple[int, ...]:
                  if s == 1 or (stages % (s * unit) == 0 and stages // s >= SPLIT_K_MIN_STAGES))
 
 
-def wave_split_k(tiles: int, stages: int, sms: int, choices: tuple[int, ...] = SPLIT_K_CHOICES) -> int:
-    """CTAs a tile for ``tiles`` one-CTA tiles of ``stages`` K stages on ``sms`` SMs (one CTA an
-    SM): the split whose waves (ceil(split * tiles / sms), each stages / split +
-    SPLIT_K_FIXED_STAGES long) end first; ties to the smaller split. 192 tiles of 112 stages on
-    132 SMs: 2 waves x 120 unsplit, 3 x 64 split in two (-20 %; measured -11 to -15 %)."""
-    def cost(split: int) -> tuple[float, int]:
-        return -(-split * tiles // sms) * (stages / split + SPLIT_K_FIXED_STAGES), split
-    return min(choices, key=cost)
-
-
 def grouped_launch(routing: str, n: int, k: int, rows: int, block_k: int, arch: str = DEFAULT_ARCH,
                    split_k: int = 1) -> Launch:
     """The grouped kernel for a tile of ``rows`` (grouped_tile_rows), by the indexed family's
@@ -726,7 +716,8 @@ def grouped_launch_cost(problem: GroupedProblem, rows: int, launch: Launch, spli
     waves x a tile's cost. Waves (wave_model): whole tiles on ``sms`` slots, the row tiles drawn
     from the experts' Poisson rows; a stream-K schedule is balanced (its mean tiles over the
     slots). A tile costs its weight rows x (rows + TILE_FIXED_ROWS) (prefill_block_m's model) x
-    its K stages plus SPLIT_K_FIXED_STAGES (wave_split_k's)."""
+    its K stages plus SPLIT_K_FIXED_STAGES. 192 tiles of 112 stages on 132 SMs: 2 waves x 120 unsplit,
+    3 x 64 split in two (-20 %; measured -11 to -15 %, v10)."""
     col_tiles = -(-problem.n // launch.cols_per_cta)
     em, experts = problem.rows_per_expert, problem.num_experts
     if launch.persistent:
@@ -781,8 +772,8 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
     rows on 24 experts a taller tile cuts the waves of the uniform routing, where the model is
     right, but a tile of another kind (the 512 x 56 one-CTA tile against the 256 x 64 loop) also
     changes the cost per weight byte, and under a skewed router with the same expected rows
-    (which the host cannot tell apart) that lost 12 % (offsets EP16 T=128 gate_up 207 -> 247 µs,
-    uniform 211 -> 192)."""
+    (which the host cannot tell apart) it lost 12 % on two routing draws of three and won 12 % on
+    the third (offsets EP16 T=128 gate_up; uniform: -6 % on all three)."""
     if problem.routing not in GROUPED_ROUTINGS:
         raise ValueError(f"unknown grouped routing {problem.routing!r}")
     best = None
