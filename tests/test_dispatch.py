@@ -395,3 +395,12 @@ def test_grouped_cost_model_prefers_fewer_waves_and_fewer_rows():
     assert c64 < 0.95 * c56
     # on a GPU with twice the SMs both fit one wave and the shorter tile is cheaper
     assert dispatch.grouped_launch_cost(p, 56, l56, 1, 528) < dispatch.grouped_launch_cost(p, 64, l64, 1, 528)
+
+
+def test_grouped_choice_prints_what_it_weighed(monkeypatch, capsys):
+    monkeypatch.setenv("CHORD_PRINT_CONFIGS", "1")
+    dispatch.select_grouped(GroupedProblem("masked", 4096, 7168, 24, 44, 128))
+    err = capsys.readouterr().err
+    assert "BN=64" in err and "56 rows x1: 1.000; 64 rows x1: 0.899" in err, err
+    dispatch.select_grouped(GroupedProblem("contiguous_offsets", 4096, 7168, 24, 44, 64))
+    assert "64 rows: another kind of tile" in capsys.readouterr().err

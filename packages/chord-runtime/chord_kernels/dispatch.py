@@ -776,19 +776,21 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
     the third (offsets EP16 T=128 gate_up; uniform: -6 % on all three)."""
     if problem.routing not in GROUPED_ROUTINGS:
         raise ValueError(f"unknown grouped routing {problem.routing!r}")
-    best = None
+    best, weighed = None, []
     for rows in grouped_row_candidates(problem):
         launch = grouped_launch(problem.routing, problem.n, problem.k, rows, problem.block_k, arch)
         if best is not None and not same_tile_kind(launch, best[2]):
+            weighed.append(f"{rows} rows: another kind of tile")
             continue
         split = grouped_split_k(problem, launch, sms, split_override)
         cost = grouped_launch_cost(problem, rows, launch, split, sms)
+        weighed.append(f"{rows} rows x{split}: {cost / (best or (cost,))[0]:.3f}")
         if best is None or cost < (1 - PREFILL_TOLERANCE) * best[0]:
             best = (cost, rows, launch, split)
     _, rows, launch, split = best
     if split > 1:
         launch = grouped_launch(problem.routing, problem.n, problem.k, rows, problem.block_k, arch, split)
-    report_choice(problem, launch.spec)
+    report_choice(problem, launch.spec, "wave model, cost against the first: " + "; ".join(weighed))
     return launch
 
 
@@ -818,9 +820,11 @@ def grouped_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
 _reported: set = set()
 
 
-def report_choice(problem, spec: KernelSpec) -> None:
+def report_choice(problem, spec: KernelSpec, why: str = "") -> None:
+    """CHORD_PRINT_CONFIGS=1: the chosen kernel per problem, once, to stderr (with ``why``, the
+    alternatives the dispatch weighed, where it weighs any)."""
     if env.get(env.PRINT_CONFIGS).lower() in ("", "0", "false", "no", "off"):
         return
     if (problem, spec) not in _reported:
         _reported.add((problem, spec))
-        print(f"[chord] {problem} -> {spec.describe()}", file=sys.stderr)
+        print(f"[chord] {problem} -> {spec.describe()}" + (f" ({why})" if why else ""), file=sys.stderr)
