@@ -47,25 +47,45 @@ __device__ __forceinline__ bool out_rows_vectorizable(const MoeParams& p) {
 // Stage rows 0..ROWS-1, columns 0..COLS-1, to out[out_rows[r], col0 + c] (rows -1 skipped): THREADS
 // threads (this one is `t` of them), COLS / 8 a row, one 16-byte piece each per pass. N is a
 // multiple of 16, so an 8-column piece is wholly inside N or wholly past it.
+// The passes go in batches of up to kBatch: every out row and staged piece of a batch is read
+// before its first store. Why: through generic pointers the compiler cannot tell a store to `out`
+// from the shared reads, so pass by pass it rereads both after each store, one shared-memory
+// round trip a pass in series (ncu, grouped EP32 T=2048 down on the 256 x 128 tile: the epilogue
+// was 9 % of the consumers' samples, most of it waiting on those reads). A batch holds 5 registers
+// a pass (the widest tile, 256 x 128, has room for 8; a 256 x 160 one spilled 196 bytes at 8).
 template <int ROWS, int COLS, int STRIDE, int THREADS>
 __device__ __forceinline__ void store_staged_rows(const MoeParams& p, const __nv_bfloat16 (*stage)[STRIDE],
                                                   const int32_t* out_rows, int col0, int t, bool vec) {
   constexpr int kPiecesPerRow = COLS / 8;
   static_assert(COLS % 8 == 0 && THREADS % kPiecesPerRow == 0, "whole rows of 16-byte pieces per pass");
+  constexpr int kRowStep = THREADS / kPiecesPerRow;
+  constexpr int kPasses = (ROWS + kRowStep - 1) / kRowStep;
+  constexpr int kBatch = kPasses < 8 ? kPasses : 8;
   const int piece = t % kPiecesPerRow, col = col0 + piece * 8;
   if (col >= p.n) return;
+  const int row0 = t / kPiecesPerRow;
 #pragma unroll
-  for (int row = t / kPiecesPerRow; row < ROWS; row += THREADS / kPiecesPerRow) {
-    const int out_row = out_rows[row];
-    if (out_row < 0) continue;
-    const uint4 v = *reinterpret_cast<const uint4*>(&stage[row][piece * 8]);
-    __nv_bfloat16* dst = p.out + (int64_t)out_row * p.ldc + col;
-    if (vec) {
-      *reinterpret_cast<uint4*>(dst) = v;
-    } else {
-      const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v);
+  for (int b = 0; b < kPasses; b += kBatch) {
+    int32_t out_row[kBatch];
+    uint4 v[kBatch];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) dst[i] = e[i];
+    for (int i = 0; i < kBatch; ++i) {
+      const int row = row0 + (b + i) * kRowStep;
+      const bool in_tile = b + i < kPasses && row < ROWS;
+      out_row[i] = in_tile ? out_rows[row] : -1;
+      if (in_tile) v[i] = *reinterpret_cast<const uint4*>(&stage[row][piece * 8]);
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      if (out_row[i] < 0) continue;
+      __nv_bfloat16* dst = p.out + (int64_t)out_row[i] * p.ldc + col;
+      if (vec) {
+        *reinterpret_cast<uint4*>(dst) = v[i];
+      } else {
+        const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v[i]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) dst[j] = e[j];
+      }
     }
   }
 }

@@ -38,6 +38,16 @@
 
 namespace chord {
 
+// The tile loop's record of a ring slot (WgmmaTile::Smem::slots): the tile whose first stage the
+// slot holds (-1: no more tiles) and where its rows are. 16 bytes, one shared store a tile (the
+// store sits in the producer's stage loop, which on the masked form's cp.async copies is 200+
+// instructions and the first to stall), inside the union with the stream-K row ids (4 bytes a
+// tile row, 8+ rows): the host's size mirror holds.
+struct alignas(16) SlotTile {
+  int32_t tile;
+  Located at;
+};
+
 // CWG = 4 (640 threads, ~96-104 registers a thread): twice the warps to hide the dequant's
 // latency, and with WM = 2 a 512-row tile that reads each activation stage once per 512 weight
 // rows; only small accumulators fit (WM * BN <= 112: 56 a thread), i.e. mid batch and 56-row blocks
@@ -91,8 +101,8 @@ struct WgmmaTile {
       // ids, -1 = none), written by the producer with the slot, read by the tile's epilogue.
       int32_t route[STAGES][kTok];
       // Tile loop (common/w4a16_wgmma_tiles.cuh): the tile whose first stage the slot holds
-      // (-1: no more tiles), written by the producer with the slot.
-      int32_t tile[STAGES];
+      // (-1: no more tiles) and where its rows are, written by the producer with the slot.
+      SlotTile slots[STAGES];
     };
     uint64_t full[STAGES];   // the producer's copies of the slot landed (see init_barriers)
     uint64_t empty[STAGES];  // every consumer thread is done with the slot (128*CWG arrivals)

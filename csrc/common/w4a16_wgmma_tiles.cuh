@@ -70,7 +70,7 @@ struct WgmmaTiles {
     if (g >= STAGES) mbarrier_wait(bars.empty(slot), ((g / STAGES) + 1) & 1);
   }
 
-  // The slot's copies and, from thread 0, its plain stores (the tile id) complete `full`.
+  // The slot's copies and, from thread 0, its plain stores (the tile id and location) complete `full`.
   __device__ static void publish(const typename Tile::Ring& bars, int slot) {
     cp_async_mbarrier_arrive(bars.full(slot));
     if (threadIdx.x == 0) mbarrier_arrive(bars.full(slot));
@@ -100,7 +100,7 @@ struct WgmmaTiles {
         const int slot = g % STAGES;  // even when stages go in pairs (STAGES and num_stages even)
 #pragma unroll
         for (int q = 0; q < kStagesPerStep; ++q) wait_free(bars, slot + q, g + q);
-        if (s == 0 && tid == 0) sm.tile[slot] = t;
+        if (s == 0 && tid == 0) sm.slots[slot] = SlotTile{t, at};
         if constexpr (Tile::kBlockPairs) {
           Tile::load_block_pair(p, sm, slot, src, rows, s);
         } else {
@@ -113,7 +113,7 @@ struct WgmmaTiles {
     // No more tiles: one slot more says so to the consumers.
     const int slot = g % STAGES;
     wait_free(bars, slot, g);
-    if (tid == 0) sm.tile[slot] = -1;
+    if (tid == 0) sm.slots[slot].tile = -1;
     Tile::arrive_unloaded(sm, slot);
     publish(bars, slot);
     cp_async_wait<0>();
@@ -136,9 +136,13 @@ struct WgmmaTiles {
     const typename Tile::Ring bars = Tile::ring(sm);
     for (int g = 0;;) {  // g: ring position, stages this CTA has consumed
       mbarrier_wait(bars.full(g % STAGES), (g / STAGES) & 1);
-      const int t = sm.tile[g % STAGES];  // read before the slot is released (the producer rewrites it)
+      // Read before the slot is released (the producer rewrites it). The producer located the
+      // tile already: the consumers take its answer instead of locating it again (a warp scan
+      // over the experts in the offsets and masked forms, with the tensor cores idle).
+      const SlotTile slot_tile = sm.slots[g % STAGES];
+      const int t = slot_tile.tile;
       if (t < 0) break;
-      const Located at = Rows::locate(p, t / cols);
+      const Located at = slot_tile.at;
       // The tile's out rows for the epilogue, in a shared array only the consumers use: the
       // previous tile's stores have read it (first barrier), all of it is written (second).
       named_barrier_sync<kOutRowsBarrier, kConsumerThreads>();
