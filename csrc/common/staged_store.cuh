@@ -71,7 +71,7 @@ __device__ __forceinline__ void store_staged_rows(const MoeParams& p, const __nv
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
       const int row = row0 + (b + i) * kRowStep;
-      const bool in_tile = b + i < kPasses && row < ROWS;
+      const bool in_tile = row < ROWS;  // also false past the last pass (row0 < kRowStep)
       out_row[i] = in_tile ? out_rows[row] : -1;
       if (in_tile) v[i] = *reinterpret_cast<const uint4*>(&stage[row][piece * 8]);
     }

@@ -113,6 +113,8 @@ struct WgmmaTile {
     StreamKWork work;
   };
 
+  static_assert(sizeof(SlotTile) <= kTok * sizeof(int32_t), "the tile loop's slot records stay inside the union");
+
   __device__ static Smem& smem() {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // Host and device disagree on the size, or the swizzled tiles are misaligned: fail loudly.
