@@ -85,3 +85,6 @@ grouped_case("grouped 56", 336, 1024, [50, 3, 40], 168, 40, 56, 40)
 grouped_case("grouped K384", 160, 384, [5, 12, 0, 7], 64, 6, 16, 6)
 # ~180 wgmma tiles, more than the resident CTAs: each CTA loops over 1-2 tiles through one ring.
 grouped_case("grouped tile loop", 2048, 1024, [900, 0, 1200, 500], 4864, 2600, 1216, 650)
+# A few tiles on K 2048, far fewer than the CTAs: the tile loop's split tail (each tile in two
+# pieces, partials through the workspace, the last piece adds up; masked: whole-block pairs).
+grouped_case("grouped split tail", 256, 2048, [200, 0, 90, 130], 420, 105, 200, 105)

@@ -15,6 +15,20 @@ settings.register_profile("ci", deadline=None, max_examples=60, derandomize=True
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.fixture
+def real_nvcc() -> str:
+    """The installed nvcc for the real-compiler tests: skipped without one, except in CI, where
+    a missing compiler is a failure."""
+    from chord_kernels.jit import compiler
+
+    try:
+        return compiler.find_nvcc()
+    except FileNotFoundError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("nvcc not installed")
+
+
 def pytest_collection_modifyitems(config, items):
     if not items:
         return

@@ -18,17 +18,6 @@ from chord_kernels.profiles import all_default_specs
 SPEC = indexed_simple().spec
 
 
-def real_nvcc() -> str:
-    """The installed nvcc for the real-compiler tests: skipped without one, except in CI, where
-    a missing compiler is a failure."""
-    try:
-        return compiler.find_nvcc()
-    except FileNotFoundError:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip("nvcc not installed")
-
-
 def test_key_covers_source_headers_flags_compiler_and_arch(tmp_path, monkeypatch):
     base = compiler.cache_key(SPEC, compiler_version="nvcc A")
     assert base == compiler.cache_key(SPEC, compiler_version="nvcc A")
@@ -107,9 +96,8 @@ def test_failed_compile_raises_and_leaves_no_cubin(fake_nvcc, monkeypatch):
     assert not compiler.cubin_path(SPEC).exists()
 
 
-def test_compile_check_default_profiles(tmp_path, monkeypatch):
+def test_compile_check_default_profiles(tmp_path, monkeypatch, real_nvcc):
     """CI's compile check: every kernel the default profiles can pick builds for sm_90a."""
-    real_nvcc()
     from chord_kernels.cli import precompile
 
     monkeypatch.setenv("CHORD_CACHE_DIR", str(tmp_path / "cache"))
@@ -119,13 +107,13 @@ def test_compile_check_default_profiles(tmp_path, monkeypatch):
         assert cubin.stat().st_size > 1000, spec.describe()
 
 
-def test_no_register_spills_in_any_reachable_kernel(tmp_path):
+def test_no_register_spills_in_any_reachable_kernel(tmp_path, real_nvcc):
     """ptxas -v for every kernel the dispatch can pick: the occupancy each asks for
     (__launch_bounds__) must fit without spilling to local memory."""
     import re
     from concurrent.futures import ThreadPoolExecutor
 
-    nvcc = real_nvcc()
+    nvcc = real_nvcc
     root = csrc_dir()
 
     def spills(spec):
@@ -144,9 +132,8 @@ def test_no_register_spills_in_any_reachable_kernel(tmp_path):
     assert not serialized, f"kernels whose wgmma pipeline ptxas serialized: {serialized}"
 
 
-def _struct_sizes(tmp_path, header: str, types: list[str]) -> list[int]:
+def _struct_sizes(nvcc: str, tmp_path, header: str, types: list[str]) -> list[int]:
     """sizeof(T) for each type T, as nvcc's host compiler sees the header (no GPU needed)."""
-    nvcc = real_nvcc()
     prints = "\n".join(f'  std::printf("%zu\\n", sizeof({t}));' for t in types)
     src = tmp_path / "smem_size.cu"
     src.write_text(f'#include <cstdio>\n#include "{header}"\nint main() {{\n{prints}\n}}\n')
@@ -156,7 +143,7 @@ def _struct_sizes(tmp_path, header: str, types: list[str]) -> list[int]:
     return [int(line) for line in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()]
 
 
-def test_wgmma_smem_bytes_is_the_struct_size(tmp_path):
+def test_wgmma_smem_bytes_is_the_struct_size(tmp_path, real_nvcc):
     """The host's shared-memory size for the wgmma tile (the launch's dynamic smem, and the
     kernel traps if it is smaller) equals sizeof(WgmmaTile::Smem), for every BN, both stage
     parities and both consumer warpgroup counts."""
@@ -164,18 +151,18 @@ def test_wgmma_smem_bytes_is_the_struct_size(tmp_path):
 
     configs = [(wm, bn, stages, cwg) for wm in (1, 2) for bn in WGMMA_BN_CHOICES for stages in (5, 6, 8)
                for cwg in (2, 4) if cwg == 2 or wm * bn <= 64]
-    sizes = _struct_sizes(tmp_path, "common/w4a16_wgmma_tile.cuh",
+    sizes = _struct_sizes(real_nvcc, tmp_path, "common/w4a16_wgmma_tile.cuh",
                           [f"chord::WgmmaTile<{wm}, {bn}, {st}, 64, {cwg}>::Smem" for wm, bn, st, cwg in configs])
     assert sizes == [wgmma_smem_bytes(*cfg) for cfg in configs]
 
 
-def test_mma_smem_bytes_is_the_struct_size(tmp_path):
+def test_mma_smem_bytes_is_the_struct_size(tmp_path, real_nvcc):
     """The same for the mma tile: mma_smem_bytes equals sizeof(MmaTile::Smem) over its weight
     tiles, row tiles, stage widths, ring depths and both packed BLOCK_Ks."""
     from chord_kernels.dispatch import mma_smem_bytes
 
     configs = [(nt, tt, stage_k, stages, block_k) for nt in (1, 2, 4) for tt in (1, 2, 4, 8)
                for stage_k in (64, 128, 256) for stages in (3, 4) for block_k in (64, 128) if stage_k % block_k == 0]
-    sizes = _struct_sizes(tmp_path, "common/w4a16_mma_tile.cuh",
+    sizes = _struct_sizes(real_nvcc, tmp_path, "common/w4a16_mma_tile.cuh",
                           [f"chord::MmaTile<{nt}, {tt}, {sk}, {st}, {bk}>::Smem" for nt, tt, sk, st, bk in configs])
     assert sizes == [mma_smem_bytes(nt, tt, sk, st) for nt, tt, sk, st, _ in configs]

@@ -332,9 +332,12 @@ def test_tile_loop_grid_does_not_grow_with_the_buffers(grouped_stub, monkeypatch
     launch = dispatch.indexed_wgmma(2, 128, 6)
     with pytest.raises(ValueError, match="tiles, over 2.31"):
         ops._launch_grid("kernel", launch, torch.device("cpu"), 7168, (56, 2**26, 1), "indexed")
-    # the loop claims tiles from a counter: the zeroed locks, no FP32 workspace
+    # the loop claims tiles from a counter (the zeroed locks' first two); a split tail takes a
+    # lock per split tile and a tile's FP32 partial per piece, at most one of each a CTA
     grid, (workspace, locks) = ops._launch_grid("kernel", launch, torch.device("cpu"), 7168, (56, 1000, 1), "indexed")
-    assert grid == (1000, 1, 1) and workspace == 0 and locks != 0
+    assert grid == (1000, 1, 1) and workspace != 0 and locks != 0
+    floats, lock_ints = ops._streamk_buffers[0][-1]
+    assert floats.numel() >= 1000 * 256 * 128 and lock_ints.numel() >= 1002 and not lock_ints.any()
 
 
 def test_streamk_iteration_count_past_int32_is_a_clear_error(stub_device):

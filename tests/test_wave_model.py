@@ -2,6 +2,7 @@
 
 import itertools
 import math
+import subprocess
 
 import pytest
 from chord_kernels import wave_model
@@ -58,3 +59,51 @@ def test_expected_waves_counts_the_wave_an_overflowing_expert_opens():
     assert wave_model.mean_row_tiles(43.0, 24, 64) == pytest.approx(24 * wave_model.expected_tiles(43.0, 64))
     # no experts: no tiles, no waves
     assert wave_model.expected_waves(43.0, 0, 64, 16, 132) == 0
+
+
+@pytest.mark.parametrize("tiles,grid,stages,step,want", [
+    (192, 132, 112, 1, (132, 2)),   # EP32 T=128 gate_up: 60 tiles left, each in two
+    (144, 132, 112, 2, (132, 4)),   # 12 left: 4 pieces (at most), 28 stages each
+    (208, 132, 112, 1, (208, 1)),   # 76 left: more than half a wave, whole
+    (140, 132, 32, 1, (132, 2)),    # K 2048: 16-stage pieces at least, so 2
+    (264, 132, 112, 1, (264, 1)),   # no last wave
+    (40, 132, 112, 1, (0, 3)),      # fewer tiles than CTAs: every tile split
+    (10, 132, 16, 1, (10, 1)),      # too short to split
+])
+def test_tail_split_rule(tiles, grid, stages, step, want):
+    assert wave_model.tail_split(tiles, grid, stages, step) == want
+
+
+def test_tail_pieces_cover_every_tile_and_stage_once():
+    for tiles, grid, stages, step in itertools.product((1, 40, 131, 133, 192, 200, 397), (132, 66), (32, 112), (1, 2)):
+        covered = {}
+        for tile, s0, s1, piece in wave_model.tail_pieces(tiles, grid, stages, step):
+            assert s0 % step == 0 and s1 % step == 0 and s1 - s0 >= min(stages, wave_model.TAIL_MIN_PIECE_STAGES)
+            covered.setdefault(tile, []).append((s0, s1))
+            assert piece < grid  # one workspace slot a CTA
+        assert sorted(covered) == list(range(tiles))
+        for ranges in covered.values():
+            ranges.sort()
+            assert ranges[0][0] == 0 and ranges[-1][1] == stages
+            assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+
+
+def test_tail_split_mirror_matches_the_kernel_header(tmp_path, real_nvcc):
+    """The host mirror against csrc/common/tail_split.cuh itself, compiled for the host by nvcc."""
+    from chord_kernels.jit.paths import csrc_dir
+
+    cases = list(itertools.product((1, 7, 40, 60, 131, 132, 133, 192, 200, 397, 2112), (132, 66, 7), (16, 32, 112),
+                                   (1, 2)))
+    src = tmp_path / "tail.cu"
+    src.write_text('#include <cstdio>\n#include "common/tail_split.cuh"\nint main() {\n  const int c[][4] = {'
+                   + ",".join("{" + ",".join(map(str, case)) + "}" for case in cases) + "};\n"
+                   "  for (const auto& x : c) {\n    chord::TailSplit s(x[0], x[1], x[2], x[3]);\n"
+                   "    for (int u = 0; u < s.units; ++u) { auto p = s.unit(u); std::printf(\"%d %d %d %d;\", "
+                   "p.tile, p.s0, p.s1, p.piece); }\n    std::printf(\"\\n\");\n  }\n}\n")
+    exe = tmp_path / "tail"
+    subprocess.run([real_nvcc, "-std=c++17", "-I", str(csrc_dir()), "-o", str(exe), str(src)], check=True,
+                   capture_output=True)
+    lines = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.splitlines()
+    for case, line in zip(cases, lines, strict=True):
+        got = [tuple(map(int, u.split())) for u in line.split(";") if u]
+        assert got == wave_model.tail_pieces(*case), case

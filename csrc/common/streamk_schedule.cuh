@@ -176,13 +176,79 @@ struct RowTilesAhead {
   }
 };
 
-// Split-tile fix-up for a stream-K tile whose iterations are [first, first + stages), by the kThreads
-// threads (tid 0..kThreads-1) that hold its kAcc accumulators each; `sync` is a barrier over
-// exactly those threads. Writes this CTA's partial and counts it; returns true in the CTA that
-// adds the tile up (the last contributor), which then calls streamk_store_sum.
+// FP32 partial sums of one split tile, added deterministically, by the kThreads threads (tid
+// 0..kThreads-1) that hold its kAcc accumulators each. Every contributor writes its partial to a
+// workspace slot of its own and counts itself on the tile's lock; the last to count adds the
+// partials in contributor order (the same order whoever finishes: the same bits run to run) and
+// re-zeroes the lock for the next launch. No contributor ever waits for another. A thread's float4
+// groups lie kStride float4s apart in its slot (1: contiguous; kThreads: group-major, so a warp's
+// store is 512 contiguous bytes).
+// kCompactSum: the finisher's loop over contributors stays rolled (the tile loop's split tail: at
+// most TailSplit::kMaxSplit of them, off the hot path; unrolled it doubled the kernel's code).
+template <int kThreads, int kAcc, int kStride = 1, bool kCompactSum = false>
+struct SplitPartials {
+  static_assert(kAcc % 4 == 0, "partials move as float4");
+
+  // Writes this thread's partial to `mine` and counts the CTA on `lock`; true in the CTA that adds
+  // the tile up (the last of `contributors`). `sync` is a barrier over exactly the kThreads
+  // threads, `flag` a shared int32 they all read.
+  template <class Sync>
+  __device__ static bool contribute(float4* mine, const float* acc, int32_t* lock, int contributors, int tid,
+                                    int32_t* flag, Sync sync) {
+#pragma unroll
+    for (int i = 0; i < kAcc / 4; ++i)
+      __stcg(mine + i * kStride, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+    __threadfence();  // partial visible device-wide before the count says so
+    sync();
+    if (tid == 0) *flag = atomicAdd(lock, 1) == contributors - 1;
+    sync();
+    if (!*flag) return false;  // uniform over the threads
+    __threadfence();
+    if (tid == 0) *lock = 0;  // every contributor has counted: ready for the next launch
+    return true;
+  }
+
+  template <int kChunk>
+  __device__ __forceinline__ static void add(float4 (&total)[kChunk / 4], const float4* from) {
+#pragma unroll
+    for (int i = 0; i < kChunk / 4; ++i) {
+      const float4 v = __ldcg(from + i * kStride);
+      total[i].x += v.x, total[i].y += v.y, total[i].z += v.z, total[i].w += v.w;
+    }
+  }
+
+  // The finisher: partials src(0), src(1), ... src(contributors - 1) (this thread's slots) added in
+  // that order, kChunk accumulators at a time (their loads in flight together), each group of 4
+  // handed to emit(group, float4).
+  template <int kChunk, class Src, class Emit>
+  __device__ static void sum(int contributors, Src src, Emit emit) {
+    static_assert(kAcc % kChunk == 0 && kChunk % 4 == 0, "chunks of whole float4 groups");
+#pragma unroll
+    for (int i0 = 0; i0 < kAcc / 4; i0 += kChunk / 4) {
+      float4 total[kChunk / 4];
+      const float4* head = src(0);
+#pragma unroll
+      for (int i = 0; i < kChunk / 4; ++i) total[i] = __ldcg(head + (i0 + i) * kStride);
+      // contributor order: deterministic
+      if constexpr (kCompactSum) {
+#pragma unroll 1
+        for (int c = 1; c < contributors; ++c) add<kChunk>(total, src(c) + i0 * kStride);
+      } else {
+        for (int c = 1; c < contributors; ++c) add<kChunk>(total, src(c) + i0 * kStride);
+      }
+#pragma unroll
+      for (int i = 0; i < kChunk / 4; ++i) emit(i0 + i, total[i]);
+    }
+  }
+};
+
+// Split-tile fix-up for a stream-K tile whose iterations are [first, first + stages): its
+// contributors are the CTAs whose runs hold those iterations, in CTA order; the lock is the first
+// one's. Each CTA has two partial slots (slot 0: the tile began in an earlier CTA's run, slot 1:
+// it continues into a later one). The finisher then calls store_sum.
 template <int kThreads, int kAcc>
 struct StreamKFixup {
-  static_assert(kAcc % 4 == 0, "partials move as float4");
+  using Partials = SplitPartials<kThreads, kAcc>;
 
   __device__ static float4* partial(const MoeParams& p, int cta, int slot, int tid) {
     return reinterpret_cast<float4*>(p.workspace + ((int64_t)(cta * 2 + slot) * kThreads + tid) * kAcc);
@@ -192,42 +258,15 @@ struct StreamKFixup {
   __device__ static bool contribute(const MoeParams& p, const StreamKWork& w, const float* acc, int first, int tid,
                                     int32_t* flag, Sync sync) {
     const int c0 = w.cta_of(first), c1 = w.cta_of(first + w.stages - 1);  // contributing CTAs, in order
-    float4* mine = partial(p, blockIdx.x, first < w.sk0 ? 0 : 1, tid);
-#pragma unroll
-    for (int i = 0; i < kAcc / 4; ++i) __stcg(mine + i, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
-    __threadfence();  // partial visible device-wide before the count says so
-    sync();
-    if (tid == 0) *flag = atomicAdd(p.locks + c0, 1) == c1 - c0;
-    sync();
-    if (!*flag) return false;  // uniform over the threads
-    __threadfence();
-    if (tid == 0) p.locks[c0] = 0;  // every contributor has counted: ready for the next launch
-    return true;
+    return Partials::contribute(partial(p, blockIdx.x, first < w.sk0 ? 0 : 1, tid), acc, p.locks + c0, c1 - c0 + 1,
+                                tid, flag, sync);
   }
 
-  // The finisher: the contributors' partials added in CTA order, kChunk accumulators at a time
-  // (their loads in flight together), each group of 4 handed to store4(group, float4).
   template <int kChunk, class Store4>
   __device__ static void store_sum(const MoeParams& p, const StreamKWork& w, int first, int tid, Store4 store4) {
-    static_assert(kAcc % kChunk == 0 && kChunk % 4 == 0, "chunks of whole float4 groups");
     const int c0 = w.cta_of(first), c1 = w.cta_of(first + w.stages - 1);
-#pragma unroll
-    for (int i0 = 0; i0 < kAcc / 4; i0 += kChunk / 4) {
-      float4 sum[kChunk / 4];
-      const float4* head = partial(p, c0, 1, tid);
-#pragma unroll
-      for (int i = 0; i < kChunk / 4; ++i) sum[i] = __ldcg(head + i0 + i);
-      for (int c = c0 + 1; c <= c1; ++c) {  // CTA order: deterministic
-        const float4* src = partial(p, c, 0, tid);
-#pragma unroll
-        for (int i = 0; i < kChunk / 4; ++i) {
-          const float4 v = __ldcg(src + i0 + i);
-          sum[i].x += v.x, sum[i].y += v.y, sum[i].z += v.z, sum[i].w += v.w;
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < kChunk / 4; ++i) store4(i0 + i, sum[i]);
-    }
+    Partials::template sum<kChunk>(
+        c1 - c0 + 1, [&](int c) { return c == 0 ? partial(p, c0, 1, tid) : partial(p, c0 + c, 0, tid); }, store4);
   }
 };
 

@@ -106,7 +106,7 @@ struct WgmmaTile {
     };
     uint64_t full[STAGES];   // the producer's copies of the slot landed (see init_barriers)
     uint64_t empty[STAGES];  // every consumer thread is done with the slot (128*CWG arrivals)
-    int32_t finisher;        // stream-K: "this CTA adds up the split tile"
+    int32_t finisher;        // stream-K and the tile loop's split tail: "this CTA adds up the split tile"
     int32_t claimed[2];      // tile loop: the producer's last two claims (inside the struct's padding)
     // Stream-K with 4 consumer warpgroups: the CTA's schedule, which those consumers read from
     // here instead of holding it in registers (at 104 a thread it spilled; common/w4a16_wgmma_streamk.cuh).
@@ -341,13 +341,23 @@ struct WgmmaTile {
     __device__ __forceinline__ const __nv_bfloat16* chunk(int i, int s) const {
       return row[i] + s * kStageK;
     }
+    // The rows from stage s on (a split piece's first): chunk(i, 0) is then stage s.
+    __device__ __forceinline__ void advance(int s) {
+#pragma unroll
+      for (int i = 0; i < kActPerThread; ++i) row[i] += (int64_t)s * kStageK;
+    }
   };
 
   // Stage s (64 columns of K) into ring slot `slot`: weights, scales and the tile's activation
-  // rows. Issue only: the caller arrives on the slot's "full" barrier (with kTma, thread 0 arms it
-  // here with the boxes' bytes: its one arrival of kTmaArrivals).
+  // rows (stage act_s of `rows`: s, or counted from where the rows were advanced to). Issue only:
+  // the caller arrives on the slot's "full" barrier (with kTma, thread 0 arms it here with the
+  // boxes' bytes: its one arrival of kTmaArrivals).
   __device__ __forceinline__ static void load_stage(const MoeParams& p, Smem& sm, int slot, const Sources& src,
                                                     const RowPointers& rows, int s) {
+    load_stage(p, sm, slot, src, rows, s, s);
+  }
+  __device__ __forceinline__ static void load_stage(const MoeParams& p, Smem& sm, int slot, const Sources& src,
+                                                    const RowPointers& rows, int s, int act_s) {
     if constexpr (kTma) {
       if (threadIdx.x == 0) {
         const MoeTmaParams& maps = tma_maps(p);
@@ -371,7 +381,7 @@ struct WgmmaTile {
       }
       load_scales(p, sm, slot, src, s);
     }
-    load_acts(sm, slot, rows, s);
+    load_acts(sm, slot, rows, act_s);
   }
 
   // The boxes' bytes a stage (kTma): all of them count, the zero-filled ones past N too.
@@ -409,9 +419,9 @@ struct WgmmaTile {
 
   // The two stages of K block s0 / 2 into slots `slot` (even) and slot + 1, weights as whole
   // blocks (see weight_chunk; thread chunk c copies 16 bytes at 16 (c % 32) and 512 + 16 (c % 32)
-  // of its n-tile's block). Issue only.
+  // of its n-tile's block); activations from stage act_s0 of `rows` (as load_stage). Issue only.
   __device__ __forceinline__ static void load_block_pair(const MoeParams& p, Smem& sm, int slot, const CopySources& src,
-                                                         const RowPointers& rows, int s0) {
+                                                         const RowPointers& rows, int s0, int act_s0) {
     static_assert(!kTma, "stage pairs are the BLOCK_K-128 copy");
     const int tid = threadIdx.x;
     const char* w0 = src.w_chunk0 + stage_words(s0) * (int64_t)sizeof(int32_t);
@@ -428,7 +438,7 @@ struct WgmmaTile {
                     real ? 16 : 0);
     }
 #pragma unroll
-    for (int q = 0; q < 2; ++q) load_scales(p, sm, slot + q, src, s0 + q), load_acts(sm, slot + q, rows, s0 + q);
+    for (int q = 0; q < 2; ++q) load_scales(p, sm, slot + q, src, s0 + q), load_acts(sm, slot + q, rows, act_s0 + q);
   }
 
   // Stages [first_stage, first_stage + num_stages) of K into the ring (first_stage even with
@@ -452,7 +462,7 @@ struct WgmmaTile {
       for (int q = 0; q < kStep; ++q)  // use (i + q) / STAGES - 1 of the slot released
         if (i + q >= STAGES) mbarrier_wait(bars.empty(slot + q), (((i + q) / STAGES) + 1) & 1);
       if constexpr (kBlockPairs) {
-        load_block_pair(p, sm, slot, src, rows, first_stage + i);
+        load_block_pair(p, sm, slot, src, rows, first_stage + i, first_stage + i);
       } else {
         load_stage(p, sm, slot, src, rows, first_stage + i);
       }

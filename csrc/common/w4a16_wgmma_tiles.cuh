@@ -14,12 +14,14 @@
 // holds (EP8 T=2048 gate_up: 6 % slower than the one-CTA grid; claimed: docs/design/
 // indexed-kernels.md v16). One ring carries the tiles, so the producer loads the next tile while
 // the consumers finish the last one. Unlike the stream-K schedule
-// (common/w4a16_wgmma_streamk.cuh) no tile is split (no fix-up partials, no split tail).
+// (common/w4a16_wgmma_streamk.cuh) only the last wave's tiles may be split, and only when that
+// wave is at most half full (TailSplit).
 #pragma once
 
 #include "common/mbarrier_sm90.cuh"
 #include "common/moe_params.cuh"
 #include "common/streamk_schedule.cuh"
+#include "common/tail_split.cuh"
 #include "common/w4a16_wgmma_tile.cuh"
 
 namespace chord {
@@ -32,8 +34,13 @@ struct WgmmaTiles {
   static constexpr int kThreads = Tile::kThreads;
   static constexpr int kConsumerThreads = kThreads - Tile::kProducerThreads;
   static constexpr int kStagesPerStep = Tile::kBlockPairs ? 2 : 1;  // see Tile::weight_chunk
-  static constexpr int kOutRowsBarrier = 2;  // named barrier of the consumers (1: stream-K fix-up)
+  static constexpr int kFixupBarrier = 1;    // named barriers of the consumers: a split tile's count
+  static constexpr int kOutRowsBarrier = 2;  // the tile's out rows
   static constexpr int kClaimBarrier = 3;    // of the producer warpgroup: its claim is in shared memory
+  // A split tile's partials (TailSplit): group-major, so a warp's store is 512 contiguous bytes.
+  static constexpr int kAcc = WM * Tile::Mma::kAccRegs;  // FP32 accumulators per consumer thread
+  using Partials = SplitPartials<kConsumerThreads, kAcc, kConsumerThreads, /*kCompactSum=*/true>;
+  static constexpr int kSumChunk = kAcc < 16 ? kAcc : kAcc % 16 == 0 ? 16 : kAcc % 8 == 0 ? 8 : 4;
   // The loop's state costs the producer registers: at the one-tile split (72/216) some tiles
   // spill 4-16 bytes, and 72/216 measured slower everywhere (indexed-kernels.md v16); BLOCK_K 128
   // (stage pairs) spilled even at 88/208. With 4 consumer warpgroups (96 registers a thread)
@@ -42,20 +49,35 @@ struct WgmmaTiles {
   static constexpr int kProducerRegs = BLOCK_K == 64 ? 88 : 104;
   static constexpr int kConsumerRegs = BLOCK_K == 64 ? 208 : 200;
 
-  // The host keeps row tiles x column tiles + CTAs under 2^31 (chord_kernels/ops.py) and passes
-  // p.locks zeroed; the last CTA to finish claiming zeroes them again.
+  // The host keeps row tiles x column tiles + 2 x CTAs under 2^31 (chord_kernels/ops.py) and
+  // passes p.locks zeroed (2 + CTAs of them: the counters, then a lock per split tile) with a
+  // workspace of CTAs x kConsumerThreads x kAcc floats (TailSplit: a partial per piece, at most one
+  // piece a CTA); the last CTA to finish claiming zeroes the counters again, each split tile's
+  // finisher its lock.
   __device__ static void run(const MoeParams& p) {
     Smem& sm = Tile::smem();
     const int cols = (p.n + Tile::kRows - 1) / Tile::kRows;
-    const int tiles = Rows::count(p) * cols;  // warp-collective in some routings: every warp calls it
+    // Warp-collective in some routings (every warp calls it). The reduction says the count is the
+    // same in every lane (it is): ptxas then keeps what the consumers derive from it (a unit's
+    // stage count, the ring position, the wgmma descriptors) in uniform registers.
+    const int tiles = __reduce_max_sync(0xffffffffu, Rows::count(p) * cols);
+    const TailSplit split(tiles, gridDim.x, p.k / Tile::kStageK, kStagesPerStep);
     // Every CTA runs, even with no tile to claim: the counter's reset needs all of them done.
     Tile::init_barriers(sm, Tile::kProducerThreads + 1);
-    Tile::template split_roles<kProducerRegs, kConsumerRegs>([&] { produce(p, sm, cols, tiles); },
-                                                                         [&] { consume(p, sm, cols); });
+    Tile::template split_roles<kProducerRegs, kConsumerRegs>([&] { produce(p, sm, cols, split); },
+                                                                         [&] { consume(p, sm, cols, split); });
   }
 
   // Both roles skip the same empty tiles (the routing is read-only).
   __device__ static bool has_work(const Located& at) { return at.expert >= 0 && at.rows > 0; }
+
+  // A unit's stages, as both roles count them: from 0, and bounded by K's (the bound is already
+  // true; said so, ptxas widens the count to 64 bits once and keeps each per-stage address at one
+  // add: from [s0, s1) it rebuilt them from 32-bit indices, 17 more instructions a producer stage
+  // and 14 a consumer stage).
+  __device__ __forceinline__ static int unit_stages(const MoeParams& p, const TailSplit::Unit& unit) {
+    return min(unit.s1 - unit.s0, p.k / Tile::kStageK);
+  }
 
   // The producer warpgroup's next tile: thread 0 claims it, the others read it (two slots, so one
   // barrier a claim: a slot is rewritten only after every thread passed the next claim's barrier).
@@ -76,15 +98,16 @@ struct WgmmaTiles {
     if (threadIdx.x == 0) mbarrier_arrive(bars.full(slot));
   }
 
-  __device__ static void produce(const MoeParams& p, Smem& sm, int cols, int tiles) {
+  __device__ static void produce(const MoeParams& p, Smem& sm, int cols, const TailSplit& split) {
     const int tid = threadIdx.x;
-    const int num_stages = p.k / Tile::kStageK;
     Tile::prefetch_maps(p);
     const typename Tile::Ring bars = Tile::ring(sm);
     int g = 0;  // ring position: stages this CTA has issued
     for (int n = 0;; ++n) {
-      const int t = claim(p, sm, n);
-      if (t >= tiles) break;
+      const int u = claim(p, sm, n);
+      if (u >= split.units) break;
+      const TailSplit::Unit unit = split.unit(u);
+      const int t = unit.tile;
       const Located at = Rows::locate(p, t / cols);
       if (!has_work(at)) continue;
       const typename Tile::Sources src =
@@ -95,16 +118,19 @@ struct WgmmaTiles {
         const int32_t route = Tile::act_row_in_tile(tid, i) ? Rows::route(p, at, Tile::act_row_of(tid, i)) : -1;
         idx.row[i] = route >= 0 ? (int32_t)Rows::a_row(p, route) : -1;
       }
-      const typename Tile::RowPointers rows(p, idx);
-      for (int s = 0; s < num_stages; s += kStagesPerStep, g += kStagesPerStep) {
-        const int slot = g % STAGES;  // even when stages go in pairs (STAGES and num_stages even)
+      // The unit's stages [s0, s1) counted from 0 (j; the activation rows advanced to s0).
+      typename Tile::RowPointers rows(p, idx);
+      rows.advance(unit.s0);
+      const int count = unit_stages(p, unit);
+      for (int j = 0; j < count; j += kStagesPerStep, g += kStagesPerStep) {
+        const int slot = g % STAGES;  // even when stages go in pairs (STAGES and every unit's stages even)
 #pragma unroll
         for (int q = 0; q < kStagesPerStep; ++q) wait_free(bars, slot + q, g + q);
-        if (s == 0 && tid == 0) sm.slots[slot] = SlotTile{t, at};
+        if (j == 0 && tid == 0) sm.slots[slot] = SlotTile{u, at};
         if constexpr (Tile::kBlockPairs) {
-          Tile::load_block_pair(p, sm, slot, src, rows, s);
+          Tile::load_block_pair(p, sm, slot, src, rows, unit.s0 + j, j);
         } else {
-          Tile::load_stage(p, sm, slot, src, rows, s);
+          Tile::load_stage(p, sm, slot, src, rows, unit.s0 + j, j);
         }
 #pragma unroll
         for (int q = 0; q < kStagesPerStep; ++q) publish(bars, slot + q);
@@ -128,9 +154,28 @@ struct WgmmaTiles {
     }
   }
 
-  __device__ static void consume(const MoeParams& p, Smem& sm, int cols) {
+  // A piece of a split tile (TailSplit): its partial to the workspace slot `piece`; in the last
+  // of the tile's `split` pieces to finish, the pieces' sum in piece order back into acc (true:
+  // store it). The tile's lock is p.locks[2 + piece / split] (0, 1: the claim counters).
+  __device__ static float4* partial(const MoeParams& p, int piece, int ctid) {
+    return reinterpret_cast<float4*>(p.workspace) + (int64_t)piece * (kAcc / 4) * kConsumerThreads + ctid;
+  }
+  __device__ static bool add_up(const MoeParams& p, Smem& sm, typename Tile::Acc& acc, int piece, int split,
+                                int ctid) {
+    const int first = piece - piece % split;
+    if (!Partials::contribute(partial(p, piece, ctid), &acc[0][0], p.locks + 2 + piece / split, split, ctid,
+                              &sm.finisher, [] { named_barrier_sync<kFixupBarrier, kConsumerThreads>(); }))
+      return false;
+    Partials::template sum<kSumChunk>(split, [&](int q) { return partial(p, first + q, ctid); },
+                                      [&](int i, float4 v) {
+                                        float* a = &acc[i / (BN / 8)][4 * (i % (BN / 8))];
+                                        a[0] = v.x, a[1] = v.y, a[2] = v.z, a[3] = v.w;
+                                      });
+    return true;
+  }
+
+  __device__ static void consume(const MoeParams& p, Smem& sm, int cols, const TailSplit& split) {
     const int ctid = threadIdx.x - Tile::kProducerThreads;
-    const int num_stages = p.k / Tile::kStageK;
     typename Tile::Acc acc;
     typename Tile::AFrag afrag;
     const typename Tile::Ring bars = Tile::ring(sm);
@@ -140,22 +185,29 @@ struct WgmmaTiles {
       // tile already: the consumers take its answer instead of locating it again (a warp scan
       // over the experts in the offsets and masked forms, with the tensor cores idle).
       const SlotTile slot_tile = sm.slots[g % STAGES];
-      const int t = slot_tile.tile;
-      if (t < 0) break;
+      // The same in every lane; said so (a warp reduction writes a uniform register), ptxas keeps
+      // the unit's stage count, and with it the ring position and the wgmma descriptors, in
+      // uniform registers (from the shared load and the routing's count it moved them back from
+      // vector registers: 14 more instructions a stage).
+      const int u = __reduce_max_sync(0xffffffffu, slot_tile.tile);
+      if (u < 0) break;
+      const TailSplit::Unit unit = split.unit(u);
       const Located at = slot_tile.at;
       // The tile's out rows for the epilogue, in a shared array only the consumers use: the
       // previous tile's stores have read it (first barrier), all of it is written (second).
       named_barrier_sync<kOutRowsBarrier, kConsumerThreads>();
       for (int i = ctid; i < BN; i += kConsumerThreads) sm.out_row[i] = Rows::route(p, at, i);
       named_barrier_sync<kOutRowsBarrier, kConsumerThreads>();
-      for (int s = 0; s < num_stages; ++s, ++g) {
+      const int count = unit_stages(p, unit);
+      for (int s = 0; s < count; ++s, ++g) {
         const int slot = g % STAGES;
         mbarrier_wait(bars.full(slot), (g / STAGES) & 1);
         Tile::template mma_stage<Tile::kBlockPairs>(sm, slot, acc, afrag, s == 0);
         if (s > 0) Tile::release(bars, (g - 1) % STAGES);
       }
       Tile::drain(acc, afrag);
-      Tile::store(p, sm, acc, t % cols, sm.out_row);
+      if (unit.piece < 0 || add_up(p, sm, acc, unit.piece, split.split, ctid))
+        Tile::store(p, sm, acc, unit.tile % cols, sm.out_row);
       Tile::release(bars, (g - 1) % STAGES);  // its last slot: every group that read it retired
     }
     // Said again after the loop: ptxas cannot prove every group retired on the loop's exit path,

@@ -50,6 +50,7 @@ def check(got, want):
 
 SHAPES = {"ep8_gate_up": (48, 4096, 7168), "ep8_down": (48, 7168, 2048), "ep32_down": (12, 7168, 2048),
           "small": (5, 80, 384)}
+EP32_GATE_UP = (12, 4096, 7168)  # the split tail's test only (SHAPES' tests run every shape)
 
 
 def counts_for(e, total, skew, seed):
@@ -295,3 +296,70 @@ def test_split_k_cluster(shape, routing_name, expected_m, tile_family, monkeypat
         first = out.clone()
         call()
         assert torch.equal(out[valid], first[valid]), "the K split's sums differ run to run"
+
+
+@pytest.mark.parametrize("routing_name", ["contiguous_offsets", "masked"])
+@pytest.mark.parametrize("shape,busy", [("ep32_gate_up", (12, 9)), ("ep32_down", (5, 2))])
+def test_tile_loop_split_tail(shape, busy, routing_name, tile_family):
+    """The tile loop's split tail (csrc/common/tail_split.cuh): with a last wave at most half
+    full, its tiles cut along K over several CTAs and added up through the workspace. 85 rows on
+    each of `busy` experts (the rest empty): EP32 T=128's 96-row tiles, 192 gate_up tiles on 132
+    SMs in two pieces each, 144 in four; 140 and 56 down tiles in two; graph replays switch
+    between the two counts (the split is decided on the device). The reference, the same bits run to run,
+    untouched padding and rows past the counts, locks and counters left zero."""
+    from chord_kernels import ops, wave_model
+
+    if tile_family != "auto":
+        pytest.skip("the split tail is the tile loop's")
+    e, n, k = EP32_GATE_UP if shape == "ep32_gate_up" else SHAPES[shape]
+    seg = 96  # rows an expert's buffer holds (masked max_m; the offsets form the same)
+    codes, scale, packed = weights(e, n, k, "masked" if routing_name == "masked" else "contiguous", seed=13)
+    rows = e * seg
+    a = torch.randn(rows, k, device="cuda").to(torch.bfloat16)
+    route = {"contiguous_offsets": torch.zeros(e + 1, dtype=torch.int64, device="cuda"),
+             "masked": torch.zeros(e, dtype=torch.int32, device="cuda")}[routing_name]
+    out = torch.empty(rows, n, dtype=torch.bfloat16, device="cuda")
+
+    def call():
+        if routing_name == "contiguous_offsets":
+            contiguous_offsets(a, packed, route, out, expected_m=85)
+        else:
+            masked(a, packed, route, 85, out)
+
+    def set_counts(experts_busy):  # -> (valid rows, their experts)
+        counts = torch.zeros(e, dtype=torch.int64)
+        counts[:experts_busy] = 85
+        if routing_name == "contiguous_offsets":
+            route.copy_(routing.counts_to_offsets(counts.to(torch.int32)))
+            total = int(counts.sum())
+            return torch.arange(total, device="cuda"), torch.repeat_interleave(torch.arange(e), counts).cuda()
+        route.copy_(counts.to(torch.int32))
+        valid = (torch.arange(seg)[None, :] < counts[:, None]).reshape(-1).nonzero().flatten().cuda()
+        return valid, valid // seg
+
+    set_counts(busy[0])
+    call()  # warm up: compile + load outside the capture
+    _, launch, grid = next(iter(ops._grouped_plans.values()))[:3]
+    assert launch.tile_loop and launch.rows_per_cta >= 85
+    step = 2 if packed.block_k == 128 else 1
+    splits = [wave_model.tail_split(b * -(-n // launch.cols_per_cta), grid[0], k // 64, step)[1] for b in busy]
+    if min(splits) < 2:
+        pytest.skip(f"{grid[0]} CTAs: no split tail at these counts ({splits})")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    locks = ops._streamk_buffers[torch.cuda.current_device()][-1][1]
+    for experts_busy in (busy[1], busy[0]):
+        valid, experts = set_counts(experts_busy)
+        for replay in (graph.replay, call):  # captured, then eager
+            out.fill_(POISON)
+            replay()
+            torch.cuda.synchronize()
+            check(out[valid], ref_rows(a, codes, scale, valid, experts))
+            invalid = torch.ones(rows, dtype=torch.bool, device="cuda")
+            invalid[valid] = False
+            assert torch.isnan(out[invalid].float()).all(), "a padding row or a row past the counts was written"
+            assert not locks.any(), "a split tile's lock or the claim counters left non-zero"
+        first = out.clone()
+        call()
+        assert torch.equal(out[valid], first[valid]), "the split tiles' sums differ run to run"

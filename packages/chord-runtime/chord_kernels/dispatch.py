@@ -717,7 +717,9 @@ def grouped_launch_cost(problem: GroupedProblem, rows: int, launch: Launch, spli
     from the experts' Poisson rows; a stream-K schedule is balanced (its mean tiles over the
     slots). A tile costs its weight rows x (rows + TILE_FIXED_ROWS) (prefill_block_m's model) x
     its K stages plus SPLIT_K_FIXED_STAGES. 192 tiles of 112 stages on 132 SMs: 2 waves x 120 unsplit,
-    3 x 64 split in two (-20 %; measured -11 to -15 %, v10)."""
+    3 x 64 split in two (-20 %; measured -11 to -15 %, v10). The tile loop's split tail
+    (wave_model.tail_split, decided on the device) is left out: modeled, it moved tile heights
+    that measured slower (grouped-kernels.md v19)."""
     col_tiles = -(-problem.n // launch.cols_per_cta)
     em, experts = problem.rows_per_expert, problem.num_experts
     if launch.persistent:

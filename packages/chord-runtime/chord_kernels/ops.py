@@ -117,19 +117,21 @@ def _launch_grid(kernel: LoadedKernel, launch: Launch, device: torch.device, k: 
     locks), or the one-CTA-per-tile grid (checked against CUDA's limits) and no scratch. ``tiled`` is the
     one-CTA-per-tile grid: (column tiles, row tiles the buffers can hold)."""
     if launch.tile_loop:
-        # the kernel counts (row tile, column tile) pairs in int32, and its claim counter runs one
-        # past the last tile per CTA
+        # the kernel counts the units it claims (whole tiles, then up to one split piece a CTA) in
+        # int32, and its claim counter runs one past the last unit per CTA
         resident = _resident_ctas(kernel, launch, device)
         tiles = tiled[0] * tiled[1]
-        _require(tiles + resident < 2**31, f"{what}: up to {tiles} tiles, over 2^31: not supported")
-        # its counters (next tile, CTAs done) are the stream-K locks' first two
-        return (max(1, min(tiles, resident)), 1, 1), (0, _streamk_scratch(launch, device, 2)[1])
+        _require(tiles + 2 * resident < 2**31, f"{what}: up to {tiles} tiles, over 2^31: not supported")
+        grid = max(1, min(tiles, resident))
+        # its counters (next unit, CTAs done), then one lock per split tile, and a tile's FP32
+        # partial per split piece (csrc/common/tail_split.cuh: at most one piece a CTA)
+        return (grid, 1, 1), _streamk_scratch(device, grid * launch.cols_per_cta * launch.rows_per_cta, grid + 2)
     if launch.persistent:
         # the kernel counts (row tile, column tile, K stage) iterations in int32
         iterations = tiled[0] * tiled[1] * (k // launch.iteration_k)
         _require(iterations < 2**31, f"{what}: up to {iterations} stream-K iterations, over 2^31: not supported")
         grid = (_resident_ctas(kernel, launch, device), 1, 1)
-        return grid, _streamk_scratch(launch, device, grid[0])
+        return grid, _streamk_scratch(device, grid[0] * launch.partial_floats, grid[0])
     _check_grid(tiled, what)
     return tiled, (0, 0)
 
@@ -147,15 +149,16 @@ def _resident_ctas(kernel: LoadedKernel, launch: Launch, device: torch.device) -
     return torch.cuda.get_device_properties(device).multi_processor_count * per_sm
 
 
-def _streamk_scratch(launch: Launch, device: torch.device, num_ctas: int) -> tuple[int, int]:
+def _streamk_scratch(device: torch.device, floats: int, locks: int) -> tuple[int, int]:
+    """(workspace, locks) pointers: at least ``floats`` FP32 partials and ``locks`` zeroed int32."""
     kept = _streamk_buffers.setdefault(_device_index(device), [])
-    floats, ctas = (kept[-1][0].numel(), kept[-1][1].numel()) if kept else (0, 0)
-    if floats < num_ctas * launch.partial_floats or ctas < num_ctas:
+    have_floats, have_locks = (kept[-1][0].numel(), kept[-1][1].numel()) if kept else (0, 0)
+    if have_floats < floats or have_locks < locks:
         _require(device.type != "cuda" or not torch.cuda.is_current_stream_capturing(),
                  "a stream-K or tile-loop call that needs more scratch cannot be the first inside CUDA-graph capture "
                  "(the scratch is allocated then): run the call once eagerly first, as vLLM's warmup does")
-        kept.append((torch.empty(max(floats, num_ctas * launch.partial_floats), dtype=torch.float32, device=device),
-                     torch.zeros(max(ctas, num_ctas), dtype=torch.int32, device=device)))
+        kept.append((torch.empty(max(have_floats, floats), dtype=torch.float32, device=device),
+                     torch.zeros(max(have_locks, locks), dtype=torch.int32, device=device)))
     workspace, locks = kept[-1]
     return workspace.data_ptr(), locks.data_ptr()
 

@@ -94,3 +94,32 @@ def expected_waves(rows_per_expert: float, experts: int, block: int, tiles_per_r
 def mean_row_tiles(rows_per_expert: float, experts: int, block: int) -> float:
     """E[row tiles] of a launch (a balanced schedule's work: stream-K)."""
     return experts * expected_tiles(rows_per_expert, block)
+
+
+# The tile loop's split tail (csrc/common/tail_split.cuh, mirrored; grouped-kernels.md v19): when
+# the last wave of whole tiles fills at most half the grid, its tiles are cut along K into as many
+# pieces as the grid has CTAs for, each at least TAIL_MIN_PIECE_STAGES long, at most
+# TAIL_MAX_SPLIT a tile.
+TAIL_MIN_PIECE_STAGES = 16
+TAIL_MAX_SPLIT = 4
+
+
+def tail_split(tiles: int, grid: int, stages: int, stage_step: int = 1) -> tuple[int, int]:
+    """(whole tiles, pieces a tail tile) of a tile loop of ``tiles`` tiles on ``grid`` CTAs, each
+    ``stages`` K stages (taken ``stage_step`` at a time): TailSplit's rule, which the kernel
+    applies on the device to the routing's tile count."""
+    rem = tiles % grid
+    split = max(1, min(grid // rem if rem else 1, TAIL_MAX_SPLIT, stages // TAIL_MIN_PIECE_STAGES))
+    return (tiles - rem if split > 1 else tiles), split
+
+
+def tail_pieces(tiles: int, grid: int, stages: int, stage_step: int = 1) -> list[tuple[int, int, int, int]]:
+    """Every unit the CTAs claim, as TailSplit::unit returns it: (tile, first stage, end stage,
+    piece index or -1 for a whole tile)."""
+    whole, split = tail_split(tiles, grid, stages, stage_step)
+    steps = stages // stage_step
+    units = [(t, 0, steps * stage_step, -1) for t in range(whole)]
+    for v in range((tiles - whole) * split):
+        t, q = divmod(v, split)
+        units.append((whole + t, q * steps // split * stage_step, (q + 1) * steps // split * stage_step, v))
+    return units
