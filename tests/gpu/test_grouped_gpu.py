@@ -236,6 +236,61 @@ def test_streamk_decode_deterministic_and_locks_left_zero():
     assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), "a launch left a lock non-zero"
 
 
+class FormBuffers:
+    """One packed weight and vLLM-form buffers of `seg` rows an expert (the masked max_m; the
+    offsets form's buffer holds the same rows), for calls with counts changed between them."""
+
+    def __init__(self, routing_name, shape, seg, expected_m, seed):
+        self.routing_name, self.seg, self.expected_m = routing_name, seg, expected_m
+        self.e, n, k = shape
+        self.codes, self.scale, self.packed = weights(self.e, n, k, "masked" if routing_name == "masked"
+                                                      else "contiguous", seed=seed)
+        self.rows = self.e * seg
+        self.a = torch.randn(self.rows, k, device="cuda").to(torch.bfloat16)
+        self.route = {"contiguous_offsets": torch.zeros(self.e + 1, dtype=torch.int64, device="cuda"),
+                      "masked": torch.zeros(self.e, dtype=torch.int32, device="cuda")}[routing_name]
+        self.out = torch.empty(self.rows, n, dtype=torch.bfloat16, device="cuda")
+
+    def call(self):
+        if self.routing_name == "contiguous_offsets":
+            contiguous_offsets(self.a, self.packed, self.route, self.out, expected_m=self.expected_m)
+        else:
+            masked(self.a, self.packed, self.route, self.expected_m, self.out)
+
+    def set_counts(self, counts):
+        """The counts into the route tensor; returns the valid rows and their experts."""
+        e, seg = self.e, self.seg
+        if self.routing_name == "contiguous_offsets":
+            self.route.copy_(routing.counts_to_offsets(counts.to(torch.int32)))
+            total = int(counts.sum())
+            return torch.arange(total, device="cuda"), torch.repeat_interleave(torch.arange(e), counts).cuda()
+        self.route.copy_(counts.to(torch.int32))
+        valid = (torch.arange(seg)[None, :] < counts[:, None]).reshape(-1).nonzero().flatten().cuda()
+        return valid, valid // seg
+
+    def check_runs(self, graph, valid, experts, what):
+        """Captured, then eager: the reference on the valid rows, every other row left poisoned;
+        then the same bits again (`what` names the sums that must not change)."""
+        for replay in (graph.replay, self.call):
+            self.out.fill_(POISON)
+            replay()
+            torch.cuda.synchronize()
+            check(self.out[valid], ref_rows(self.a, self.codes, self.scale, valid, experts))
+            invalid = torch.ones(self.rows, dtype=torch.bool, device="cuda")
+            invalid[valid] = False
+            assert torch.isnan(self.out[invalid].float()).all(), "a padding row or a row past the counts was written"
+        first = self.out.clone()
+        self.call()
+        assert torch.equal(self.out[valid], first[valid]), f"{what} differ run to run"
+
+    def capture(self):
+        self.call()  # warm up: compile + load outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.call()
+        return graph
+
+
 @pytest.mark.parametrize("routing_name,expected_m", [("contiguous_offsets", 24), ("contiguous_offsets", 45),
                                                      ("masked", 24)])
 @pytest.mark.parametrize("shape", ["ep8_gate_up", "ep32_down"])
@@ -250,116 +305,47 @@ def test_split_k_cluster(shape, routing_name, expected_m, tile_family, monkeypat
         pytest.skip("the K split is the one-CTA tile's")
     split = "2"
     monkeypatch.setenv("CHORD_GROUPED_SPLIT_K", split)
-    e, n, k = SHAPES[shape]
-    codes, scale, packed = weights(e, n, k, "masked" if routing_name == "masked" else "contiguous", seed=11)
-    seg = max_m = 2 * expected_m  # rows an expert (masked); the offsets form's buffer the same
-    rows = e * seg
-    a = torch.randn(rows, k, device="cuda").to(torch.bfloat16)
-    route = {"contiguous_offsets": torch.zeros(e + 1, dtype=torch.int64, device="cuda"),
-             "masked": torch.zeros(e, dtype=torch.int32, device="cuda")}[routing_name]
-    out = torch.empty(rows, n, dtype=torch.bfloat16, device="cuda")
-
-    def call():
-        if routing_name == "contiguous_offsets":
-            contiguous_offsets(a, packed, route, out, expected_m=expected_m)
-        else:
-            masked(a, packed, route, expected_m, out)
-
-    def set_counts(counts):  # -> (valid rows, their experts)
-        if routing_name == "contiguous_offsets":
-            route.copy_(routing.counts_to_offsets(counts.to(torch.int32)))
-            total = int(counts.sum())
-            return torch.arange(total, device="cuda"), torch.repeat_interleave(torch.arange(e), counts).cuda()
-        slot = torch.arange(seg)[None, :] < counts[:, None]  # [e, seg]
-        route.copy_(counts.to(torch.int32))
-        valid = slot.reshape(-1).nonzero().flatten().cuda()
-        return valid, valid // seg
-
-    call()  # warm up: compile + load outside the capture
+    bufs = FormBuffers(routing_name, SHAPES[shape], 2 * expected_m, expected_m, seed=11)
+    graph = bufs.capture()
     plan = next(p for key, p in ops._grouped_plans.items() if key[-1] == split.encode())
     assert plan[1].split_k == int(split) and plan[2][2] == int(split)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
     for seed in (21, 22):
-        counts = counts_for(e, expected_m * e, skew=True, seed=seed).clamp_max(max_m)
+        counts = counts_for(bufs.e, expected_m * bufs.e, skew=True, seed=seed).clamp_max(bufs.seg)
         counts[0] = 0  # an empty expert
-        valid, experts = set_counts(counts)
-        for replay in (graph.replay, call):  # captured, then eager
-            out.fill_(POISON)
-            replay()
-            torch.cuda.synchronize()
-            check(out[valid], ref_rows(a, codes, scale, valid, experts))
-            invalid = torch.ones(rows, dtype=torch.bool, device="cuda")
-            invalid[valid] = False
-            assert torch.isnan(out[invalid].float()).all(), "a padding row or a row past the counts was written"
-        first = out.clone()
-        call()
-        assert torch.equal(out[valid], first[valid]), "the K split's sums differ run to run"
+        bufs.check_runs(graph, *bufs.set_counts(counts), "the K split's sums")
 
 
 @pytest.mark.parametrize("routing_name", ["contiguous_offsets", "masked"])
 @pytest.mark.parametrize("shape,busy", [("ep32_gate_up", (12, 9)), ("ep32_down", (5, 2))])
-def test_tile_loop_split_tail(shape, busy, routing_name, tile_family):
+def test_tile_loop_split_tail(shape, busy, routing_name, tile_family, monkeypatch):
     """The tile loop's split tail (csrc/common/tail_split.cuh): with a last wave at most half
     full, its tiles cut along K over several CTAs and added up through the workspace. 85 rows on
     each of `busy` experts (the rest empty): EP32 T=128's 96-row tiles, 192 gate_up tiles on 132
     SMs in two pieces each, 144 in four; 140 and 56 down tiles in two; graph replays switch
-    between the two counts (the split is decided on the device). The reference, the same bits run to run,
-    untouched padding and rows past the counts, locks and counters left zero."""
+    between the two counts (the split is decided on the device). The reference, the same bits run
+    to run, untouched padding and rows past the counts, locks and counters left zero."""
     from chord_kernels import ops, wave_model
 
     if tile_family != "auto":
         pytest.skip("the split tail is the tile loop's")
-    e, n, k = EP32_GATE_UP if shape == "ep32_gate_up" else SHAPES[shape]
-    seg = 96  # rows an expert's buffer holds (masked max_m; the offsets form the same)
-    codes, scale, packed = weights(e, n, k, "masked" if routing_name == "masked" else "contiguous", seed=13)
-    rows = e * seg
-    a = torch.randn(rows, k, device="cuda").to(torch.bfloat16)
-    route = {"contiguous_offsets": torch.zeros(e + 1, dtype=torch.int64, device="cuda"),
-             "masked": torch.zeros(e, dtype=torch.int32, device="cuda")}[routing_name]
-    out = torch.empty(rows, n, dtype=torch.bfloat16, device="cuda")
+    monkeypatch.setattr(ops, "_grouped_plans", {})  # this test's plan alone
+    bufs = FormBuffers(routing_name, EP32_GATE_UP if shape == "ep32_gate_up" else SHAPES[shape], 96, 85, seed=13)
 
-    def call():
-        if routing_name == "contiguous_offsets":
-            contiguous_offsets(a, packed, route, out, expected_m=85)
-        else:
-            masked(a, packed, route, 85, out)
-
-    def set_counts(experts_busy):  # -> (valid rows, their experts)
-        counts = torch.zeros(e, dtype=torch.int64)
+    def busy_counts(experts_busy):
+        counts = torch.zeros(bufs.e, dtype=torch.int64)
         counts[:experts_busy] = 85
-        if routing_name == "contiguous_offsets":
-            route.copy_(routing.counts_to_offsets(counts.to(torch.int32)))
-            total = int(counts.sum())
-            return torch.arange(total, device="cuda"), torch.repeat_interleave(torch.arange(e), counts).cuda()
-        route.copy_(counts.to(torch.int32))
-        valid = (torch.arange(seg)[None, :] < counts[:, None]).reshape(-1).nonzero().flatten().cuda()
-        return valid, valid // seg
+        return counts
 
-    set_counts(busy[0])
-    call()  # warm up: compile + load outside the capture
+    bufs.set_counts(busy_counts(busy[0]))
+    graph = bufs.capture()
     _, launch, grid = next(iter(ops._grouped_plans.values()))[:3]
     assert launch.tile_loop and launch.rows_per_cta >= 85
-    step = 2 if packed.block_k == 128 else 1
+    n, k = bufs.packed.n, bufs.packed.k
+    step = 2 if bufs.packed.block_k == 128 else 1
     splits = [wave_model.tail_split(b * -(-n // launch.cols_per_cta), grid[0], k // 64, step)[1] for b in busy]
     if min(splits) < 2:
         pytest.skip(f"{grid[0]} CTAs: no split tail at these counts ({splits})")
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
     locks = ops._streamk_buffers[torch.cuda.current_device()][-1][1]
     for experts_busy in (busy[1], busy[0]):
-        valid, experts = set_counts(experts_busy)
-        for replay in (graph.replay, call):  # captured, then eager
-            out.fill_(POISON)
-            replay()
-            torch.cuda.synchronize()
-            check(out[valid], ref_rows(a, codes, scale, valid, experts))
-            invalid = torch.ones(rows, dtype=torch.bool, device="cuda")
-            invalid[valid] = False
-            assert torch.isnan(out[invalid].float()).all(), "a padding row or a row past the counts was written"
-            assert not locks.any(), "a split tile's lock or the claim counters left non-zero"
-        first = out.clone()
-        call()
-        assert torch.equal(out[valid], first[valid]), "the split tiles' sums differ run to run"
+        bufs.check_runs(graph, *bufs.set_counts(busy_counts(experts_busy)), "the split tiles' sums")
+        assert not locks.any(), "a split tile's lock or the claim counters left non-zero"
