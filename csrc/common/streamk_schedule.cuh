@@ -188,6 +188,9 @@ struct RowTilesAhead {
 template <int kThreads, int kAcc, int kStride = 1, bool kCompactSum = false>
 struct SplitPartials {
   static_assert(kAcc % 4 == 0, "partials move as float4");
+  // The finisher's sums in flight (registers) for tiles holding their accumulators in registers
+  // alongside everything else (the wgmma tiles): 16, or what divides the accumulators (BN 48/56).
+  static constexpr int kSumChunk = kAcc < 16 ? kAcc : kAcc % 16 == 0 ? 16 : kAcc % 8 == 0 ? 8 : 4;
 
   // Writes this thread's partial to `mine` and counts the CTA on `lock`; true in the CTA that adds
   // the tile up (the last of `contributors`). `sync` is a barrier over exactly the kThreads

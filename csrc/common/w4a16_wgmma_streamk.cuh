@@ -35,8 +35,6 @@ struct WgmmaStreamK {
   static constexpr int kRows = Tile::kRows;
   static constexpr int kActPerThread = Tile::kActPerThread;
   static constexpr int kAcc = WM * Tile::Mma::kAccRegs;  // FP32 accumulators per consumer thread
-  // The finisher's sums in flight (registers): 16, or what divides the accumulators (BN 48/56).
-  static constexpr int kSumChunk = kAcc < 16 ? kAcc : kAcc % 16 == 0 ? 16 : kAcc % 8 == 0 ? 8 : 4;
   using Fixup = StreamKFixup<kConsumerThreads, kAcc>;
   // The producer walks the schedule and keeps two row tiles' indices: it needs more registers
   // than the one-tile producer (at 64-88 it spilled), the consumers a little fewer. With 4
@@ -160,7 +158,7 @@ struct WgmmaStreamK {
     if (!Fixup::contribute(p, w, &acc[0][0], first, ctid, &sm.finisher,
                            [] { named_barrier_sync<1, kConsumerThreads>(); }))
       return;
-    Fixup::template store_sum<kSumChunk>(p, w, first, ctid,
+    Fixup::template store_sum<Fixup::Partials::kSumChunk>(p, w, first, ctid,
                                          [&](int i, float4 v) { Tile::store4(p, ctid, col, routes, i, v); });
   }
 };

@@ -40,7 +40,6 @@ struct WgmmaTiles {
   // A split tile's partials (TailSplit): group-major, so a warp's store is 512 contiguous bytes.
   static constexpr int kAcc = WM * Tile::Mma::kAccRegs;  // FP32 accumulators per consumer thread
   using Partials = SplitPartials<kConsumerThreads, kAcc, kConsumerThreads, /*kCompactSum=*/true>;
-  static constexpr int kSumChunk = kAcc < 16 ? kAcc : kAcc % 16 == 0 ? 16 : kAcc % 8 == 0 ? 8 : 4;
   // The loop's state costs the producer registers: at the one-tile split (72/216) some tiles
   // spill 4-16 bytes, and 72/216 measured slower everywhere (indexed-kernels.md v16); BLOCK_K 128
   // (stage pairs) spilled even at 88/208. With 4 consumer warpgroups (96 registers a thread)
@@ -166,7 +165,7 @@ struct WgmmaTiles {
     if (!Partials::contribute(partial(p, piece, ctid), &acc[0][0], p.locks + 2 + piece / split, split, ctid,
                               &sm.finisher, [] { named_barrier_sync<kFixupBarrier, kConsumerThreads>(); }))
       return false;
-    Partials::template sum<kSumChunk>(split, [&](int q) { return partial(p, first + q, ctid); },
+    Partials::template sum<Partials::kSumChunk>(split, [&](int q) { return partial(p, first + q, ctid); },
                                       [&](int i, float4 v) {
                                         float* a = &acc[i / (BN / 8)][4 * (i % (BN / 8))];
                                         a[0] = v.x, a[1] = v.y, a[2] = v.z, a[3] = v.w;
