@@ -37,17 +37,22 @@ def chord_block_m(problem: dict[str, Any]) -> int:
     return dispatch.indexed_block_m(problem["valid_shape_m"], problem["num_experts"])
 
 
+def chord_launch(n: int, k: int, num_experts: int, top_k: int, block_m: int, arch: str):
+    """The Launch Chord's dispatch picks for an indexed call (the same pure functions ``indexed``
+    uses, with the same environment overrides)."""
+    from chord_kernels import dispatch
+
+    problem = dispatch.IndexedProblem(n=n, k=k, num_experts=num_experts, top_k=top_k, block_m=block_m)
+    return dispatch.select_indexed(problem, arch, dispatch.indexed_family(), dispatch.indexed_tuning())
+
+
 def chord_config(n: int, k: int, num_experts: int, top_k: int, block_m: int, device: torch.device) -> str:
-    """The kernel Chord's dispatch picks for this call (the same pure functions ``indexed`` uses,
-    with the same environment overrides)."""
+    """The kernel Chord's dispatch picks for this call (chord_launch), described."""
     try:
-        from chord_kernels import dispatch
         from chord_kernels.device import kernel_arch
 
         index = device.index if device.index is not None else torch.cuda.current_device()
-        problem = dispatch.IndexedProblem(n=n, k=k, num_experts=num_experts, top_k=top_k, block_m=block_m)
-        launch = dispatch.select_indexed(problem, kernel_arch(index), dispatch.indexed_family(),
-                                         dispatch.indexed_tuning())
+        launch = chord_launch(n, k, num_experts, top_k, block_m, kernel_arch(index))
         return f"{launch.spec.describe()} tile={launch.rows_per_cta}x{launch.cols_per_cta} bm={block_m}"
     except Exception as exc:  # describing must never fail a measurement
         return f"bm={block_m} (config unknown: {type(exc).__name__}: {exc})"
@@ -104,18 +109,24 @@ def grouped_expected_m(path: str, layout: common.GroupedLayout, point) -> int:
     return layout.expected_m
 
 
-def grouped_config(path: str, n: int, k: int, num_experts: int, expected_m: int, device: torch.device) -> str:
-    """The grouped kernel Chord's dispatch picks (the pure function the entry points use)."""
-    try:
-        from chord_kernels import dispatch, env
-        from chord_kernels.device import kernel_arch
-        from chord_kernels.layouts import BLOCK_K_BY_MODE
+def grouped_launch(path: str, n: int, k: int, num_experts: int, expected_m: int, arch: str, sms: int):
+    """The Launch Chord's grouped dispatch picks (the pure function the entry points use)."""
+    from chord_kernels import dispatch, env
+    from chord_kernels.layouts import BLOCK_K_BY_MODE
 
-        routing_name, mode = GROUPED_FORMS[path]
+    routing_name, mode = GROUPED_FORMS[path]
+    problem = dispatch.GroupedProblem(routing_name, n, k, num_experts, max(1, expected_m), BLOCK_K_BY_MODE[mode])
+    return dispatch.select_grouped(problem, arch, sms, env.get(env.GROUPED_SPLIT_K, "auto"))
+
+
+def grouped_config(path: str, n: int, k: int, num_experts: int, expected_m: int, device: torch.device) -> str:
+    """The grouped kernel Chord's dispatch picks (grouped_launch), described."""
+    try:
+        from chord_kernels.device import kernel_arch
+
         index = device.index if device.index is not None else torch.cuda.current_device()
-        problem = dispatch.GroupedProblem(routing_name, n, k, num_experts, max(1, expected_m), BLOCK_K_BY_MODE[mode])
         sms = torch.cuda.get_device_properties(index).multi_processor_count
-        launch = dispatch.select_grouped(problem, kernel_arch(index), sms, env.get(env.GROUPED_SPLIT_K, "auto"))
+        launch = grouped_launch(path, n, k, num_experts, expected_m, kernel_arch(index), sms)
         return f"{launch.spec.describe()} tile={launch.rows_per_cta}x{launch.cols_per_cta} em={expected_m}"
     except Exception as exc:  # describing must never fail a measurement
         return f"em={expected_m} (config unknown: {type(exc).__name__}: {exc})"

@@ -16,36 +16,26 @@ import argparse
 
 from . import common
 from . import scenarios as S
-from .bench_chord import GROUPED_FORMS, chord_block_m, grouped_expected_m
+from .bench_chord import chord_block_m, chord_launch, grouped_expected_m, grouped_launch
 
 
 def point_launches(args: argparse.Namespace, arch: str, sms: int) -> list:
     """The Launch of every (point, projection[, grouped path]) of the run, in run order."""
-    from chord_kernels import dispatch, env
-    from chord_kernels.layouts import BLOCK_K_BY_MODE
-
     opts = common.options_from_args(args)
+    paths = common.family_paths(args)
     launches = []
     for point in opts.points:
         routing = common.load_routing(opts.routing_dir, point)
-        scenario = S.SCENARIOS[point.scenario]
+        experts = point.spec.num_local_experts
         for proj_name in opts.projections:
-            proj = scenario.projections[proj_name]
-            if S.family_of(common.family_paths(args)[0]) == "indexed":
-                problem = {"n": proj.n, "k": proj.k, "num_experts": point.spec.num_local_experts,
-                           "top_k": proj.top_k, "valid_shape_m": point.valid_shape_m}
-                indexed = dispatch.IndexedProblem(n=proj.n, k=proj.k, num_experts=point.spec.num_local_experts,
-                                                  top_k=proj.top_k, block_m=chord_block_m(problem))
-                launches.append(dispatch.select_indexed(indexed, arch, dispatch.indexed_family(),
-                                                        dispatch.indexed_tuning()))
+            proj = S.SCENARIOS[point.scenario].projections[proj_name]
+            if S.family_of(paths[0]) == "indexed":
+                block_m = chord_block_m({"num_experts": experts, "valid_shape_m": point.valid_shape_m})
+                launches.append(chord_launch(proj.n, proj.k, experts, proj.top_k, block_m, arch))
                 continue
-            layout = common.grouped_layout(routing["topk_ids"], routing["expert_map"], point.spec.num_local_experts)
-            for path in common.family_paths(args):
-                routing_name, mode = GROUPED_FORMS[path]
-                problem = dispatch.GroupedProblem(routing_name, proj.n, proj.k, point.spec.num_local_experts,
-                                                  max(1, grouped_expected_m(path, layout, point)),
-                                                  BLOCK_K_BY_MODE[mode])
-                launches.append(dispatch.select_grouped(problem, arch, sms, env.get(env.GROUPED_SPLIT_K, "auto")))
+            layout = common.grouped_layout(routing["topk_ids"], routing["expert_map"], experts)
+            launches += [grouped_launch(path, proj.n, proj.k, experts, grouped_expected_m(path, layout, point), arch,
+                                        sms) for path in paths]
     return launches
 
 
