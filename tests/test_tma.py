@@ -41,6 +41,27 @@ def test_weight_box_is_the_tiles_n_tiles_of_one_stage(rows):
 
 
 @pytest.mark.parametrize("rows", [512, 256, 128])
+def test_block_k_128_weight_box_is_a_stage_pair_in_memory_order(rows):
+    """BLOCK_K 128 (masked): one box a K block (two ring stages), n-tile t's 1024 bytes at t, lane o's
+    16 bytes of stage h at 2 o + h: WgmmaTile::weight_chunk's stage-pair layout."""
+    e, n, k = 3, 336, 512
+    packed = packed_weight(e, n, k, "masked")
+    geo = tma.weight_map_geometry(e, n, k, rows, block_k=128)
+    assert geo.box == (256, 1, rows // 16, 1) and geo.box_bytes == 64 * rows
+    codes = layouts.untile_codes(packed.qweight, 128)
+    indexed = layouts.tile_codes(codes, 64)  # the same codes packed a stage a block
+    for expert, col_tile, block in [(0, 0, 0), (2, 1, 3), (1, (n - 1) // rows, 2)]:
+        box = read_box(packed.qweight, geo, (0, block, col_tile * rows // 16, expert))
+        assert box.shape == (1, rows // 16, 1, 256)
+        for t in range(rows // 16):
+            tile = col_tile * rows // 16 + t
+            chunks = box[0, t, 0].view(32, 2, 4)  # [lane][stage of the pair][4 words]
+            for h in range(2):
+                want = indexed[expert, tile, 2 * block + h] if tile < n // 16 else torch.zeros(32, 4, dtype=torch.int32)
+                assert torch.equal(chunks[:, h], want)
+
+
+@pytest.mark.parametrize("rows", [512, 256, 128])
 def test_scale_box_is_the_stages_two_groups_of_the_tiles_rows(rows):
     e, n, k = 2, 336, 256
     packed = packed_weight(e, n, k)
@@ -56,13 +77,14 @@ def test_scale_box_is_the_stages_two_groups_of_the_tiles_rows(rows):
 
 def test_box_bytes_are_a_ring_slots_weights_and_scales():
     """WgmmaTile::kTmaStageBytes (the bytes `full` is armed with) = the two boxes, for every
-    wgmma tile shape the dispatch builds."""
+    wgmma tile shape the dispatch builds; a BLOCK_K-128 weight box fills two slots' weights."""
     for wm, cwg in [(1, 2), (2, 2), (2, 4)]:
         rows = cwg * 64 * wm
         slot = dispatch.wgmma_smem_bytes(wm, 32, 2, cwg) - dispatch.wgmma_smem_bytes(wm, 32, 1, cwg)
         act_ids_barriers = 32 * 128 + 32 * 4 + 16
-        geos = tma.weight_map_geometry(48, 4096, 7168, rows), tma.scale_map_geometry(48, 4096, 7168, rows)
-        assert sum(g.box_bytes for g in geos) == slot - act_ids_barriers
+        weights, scales = tma.weight_map_geometry(48, 4096, 7168, rows), tma.scale_map_geometry(48, 4096, 7168, rows)
+        assert weights.box_bytes + scales.box_bytes == slot - act_ids_barriers
+        assert tma.weight_map_geometry(48, 4096, 7168, rows, block_k=128).box_bytes == 2 * weights.box_bytes
 
 
 def test_kimi_geometry():
@@ -78,12 +100,13 @@ def test_geometry_rejects_what_a_box_cannot_hold():
         tma.weight_map_geometry(1, 512, 256, 1024)
     with pytest.raises(ValueError, match="K=96"):
         tma.weight_map_geometry(1, 512, 96, 256)
+    with pytest.raises(ValueError, match="K=192 must be a multiple of BLOCK_K=128"):
+        tma.weight_map_geometry(1, 512, 192, 256, block_k=128)
+    with pytest.raises(ValueError, match="got 256"):
+        tma.weight_map_geometry(1, 512, 512, 256, block_k=256)
 
 
-def test_tensor_maps_refuse_block_k_128_and_strided_tensors():
-    masked = packed_weight(2, 64, 256, "masked")
-    with pytest.raises(ValueError, match="BLOCK_K 128"):
-        tma.tensor_maps(masked, 128)
+def test_tensor_maps_refuse_strided_tensors():
     packed = packed_weight(2, 64, 256)
     strided = layouts.PackedW4A16("indexed", packed.qweight[:, ::2], packed.scale[:, :, ::2], 64)
     with pytest.raises(ValueError, match="qweight must be contiguous"):
@@ -91,12 +114,14 @@ def test_tensor_maps_refuse_block_k_128_and_strided_tensors():
 
 
 def test_tma_launches_take_the_maps_in_their_parameters():
-    """Every BLOCK_K-64 wgmma launch is declared with MoeTmaParams and appends the maps (448 bytes:
-    MoeParams, padding to 192, two 128-byte maps); masked (BLOCK_K 128) and mma launches do not."""
+    """Every wgmma launch that loads whole K blocks is declared with MoeTmaParams and appends the
+    maps (448 bytes: MoeParams, padding to 192, two 128-byte maps); BLOCK_K-128 weights on the
+    stream-K schedule (stage by stage) and mma launches do not."""
     assert ops._TMA_MAPS_OFFSET == 192 and ops._TMA_MAPS_OFFSET + 256 == 448
     for launch in (dispatch.indexed_wgmma(2, 32, 8, cwg=4), dispatch.indexed_wgmma_streamk(2, 56, 8),
-                   dispatch.grouped_wgmma("contiguous", 2, 128, 6, 64)):
+                   dispatch.grouped_wgmma("contiguous", 2, 128, 6, 64), dispatch.grouped_wgmma("masked", 2, 56, 6, 128),
+                   dispatch.grouped_wgmma("masked", 2, 32, 8, 128, cwg=4, split_k=2)):
         assert launch.tensor_maps and launch.spec.params_type == "chord::MoeTmaParams"
         assert "run(chord::moe_params(params))" in launch.spec.source()
-    for launch in (dispatch.grouped_wgmma("masked", 2, 56, 6, 128), dispatch.indexed_mma_streamk(2, 2, 256)):
+    for launch in (dispatch.grouped_wgmma_streamk("masked", 2, 56, 6, 128), dispatch.indexed_mma_streamk(2, 2, 256)):
         assert not launch.tensor_maps and launch.spec.params_type == "chord::MoeParams"

@@ -25,7 +25,7 @@ namespace chord {
 
 template <int WM, int BN, int STAGES, int BLOCK_K, template <int> class ROW_TILES, int CWG = 2>
 struct WgmmaStreamK {
-  using Tile = WgmmaTile<WM, BN, STAGES, BLOCK_K, CWG>;
+  using Tile = WgmmaTile<WM, BN, STAGES, BLOCK_K, CWG, /*WHOLE_BLOCKS=*/false>;  // a split starts at any stage
   using Smem = typename Tile::Smem;
   using Rows = ROW_TILES<BN>;
   using Walk = StreamKWalk<STAGES>;

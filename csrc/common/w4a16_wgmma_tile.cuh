@@ -11,9 +11,10 @@
 //
 // Warp-specialized: warpgroup 0 is the producer. It gathers each 64-column stage (the consumer
 // lanes' weight chunks, the CTA rows' scales, the tile's activation rows) into a STAGES-deep
-// ring and signals the slot's "full" mbarrier when its copies land: on BLOCK_K-64 weights the
-// weights and scales as two tensor-map boxes (TMA, one thread) and the gathered activation rows
-// with cp.async; on BLOCK_K 128 (masked) all of it with cp.async. It gives its
+// ring and signals the slot's "full" mbarrier when its copies land: the weights and scales as
+// tensor-map boxes (TMA, one thread; on BLOCK_K-128 weights one box a K block, two stages) and
+// the gathered activation rows with cp.async (on the stream-K schedule BLOCK_K-128 weights go
+// stage by stage, all of it with cp.async). It gives its
 // registers to the consumers (setmaxnreg). The consumer warpgroups wait on "full", load their weight
 // chunk and scales, dequantize k step i+1 into one of two A register sets while the wgmma group
 // of step i runs (wait_group<1>), and release a slot on its "empty" mbarrier (one arrival per
@@ -40,9 +41,9 @@ namespace chord {
 
 // The tile loop's record of a ring slot (WgmmaTile::Smem::slots): the tile whose first stage the
 // slot holds (-1: no more tiles) and where its rows are. 16 bytes, one shared store a tile (the
-// store sits in the producer's stage loop, which on the masked form's cp.async copies is 200+
-// instructions and the first to stall), inside the union with the stream-K row ids (4 bytes a
-// tile row, 8+ rows): the host's size mirror holds.
+// store sits in the producer's stage loop, 75-180 instructions, the first thing to stall when it
+// grows), inside the union with the stream-K row ids (4 bytes a tile row, 8+ rows): the host's
+// size mirror holds.
 struct alignas(16) SlotTile {
   int32_t tile;
   Located at;
@@ -52,7 +53,9 @@ struct alignas(16) SlotTile {
 // latency, and with WM = 2 a 512-row tile that reads each activation stage once per 512 weight
 // rows; only small accumulators fit (WM * BN <= 112: 56 a thread), i.e. mid batch and 56-row blocks
 // (docs/design/indexed-kernels.md v13, v14).
-template <int WM, int BN, int STAGES, int BLOCK_K, int CWG = 2>
+// WHOLE_BLOCKS: the schedule loads a packed K block's stages together (the one-CTA tile, the tile
+// loop); the stream-K schedule (false) loads stage by stage, a split may start inside a block.
+template <int WM, int BN, int STAGES, int BLOCK_K, int CWG = 2, bool WHOLE_BLOCKS = true>
 struct WgmmaTile {
   static constexpr int kConsumerWarpgroups = CWG;
   static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
@@ -72,10 +75,16 @@ struct WgmmaTile {
   static constexpr int kTok = BN;                               // activation rows per CTA
   static constexpr int kStageK = 64;                            // one 128-byte swizzle row of BF16
   static constexpr int kGroupsPerStage = kStageK / kGroupSize;
+  // A packed K block's stages: 1 at BLOCK_K 64, 2 at 128 (a lane's 16 bytes of each side by side).
+  static constexpr int kStagesPerBlock = BLOCK_K / kStageK;
+  // BLOCK_K 128 with whole blocks: a K block's two stages fill an even ring slot and the next
+  // together (see weight_chunk).
+  static constexpr bool kBlockPairs = kStagesPerBlock == 2 && WHOLE_BLOCKS;
   // Weights and scales by tensor map (kernels declared with MoeTmaParams; the host's
-  // dispatch.wgmma_uses_tma): a stage's weights are one box of the CTA's kRows / 16 n-tiles, 512
-  // contiguous bytes each at BLOCK_K 64. BLOCK_K 128 (masked) keeps the cp.async stage pairs.
-  static constexpr bool kTma = BLOCK_K == 64;
+  // dispatch.wgmma_uses_tma): one box of the CTA's kRows / 16 n-tiles a K block, 512 contiguous
+  // bytes each at BLOCK_K 64 (a stage), 1024 at BLOCK_K 128 (a stage pair). A BLOCK_K-128 stage
+  // alone (stream-K) is not one box: those copy with cp.async.
+  static constexpr bool kTma = kStagesPerBlock == 1 || kBlockPairs;
   using Mma = WgmmaRS<BN>;
   static_assert(BN % 8 == 0 && BN <= 256, "BN must be a multiple of 8 (one swizzle atom), at most 256");
   static_assert(STAGES >= 2, "the ring needs a slot being read and one being filled");
@@ -214,29 +223,23 @@ struct WgmmaTile {
 
   // Int32 words from a lane's chunk at stage 0 to its chunk at stage s (the same for every
   // n-tile and lane: the packed format stores a tile's K blocks in order).
-  static constexpr int kStagesPerBlock = BLOCK_K / kStageK;
   __device__ __forceinline__ static int64_t stage_words(int s) {
     return (int64_t)(s / kStagesPerBlock) * 32 * (BLOCK_K / kTile) + (s % kStagesPerBlock) * 4;
   }
 
-  // Where the consumers find their weight chunk of the stage in ring slot `slot`. By owner
-  // (load_stage: any stage alone, the stream-K schedule): sm.w[slot][cwarp][m][lane]. Whole
-  // blocks (one tile per CTA, BLOCK_K 128): the two stages of a packed K block fill an even slot
-  // and the next together, and their weight areas hold the block's chunks in memory order
-  // (lane o's chunk of stage h at 2 o + h of its (cwarp, m) run). Why: cp.async moves a 32-byte
-  // sector to shared memory as one piece only when the lanes reading it write adjacent shared
-  // bytes, and by owner each lane reads half a sector (measured on the H200, masked decode on
-  // the mma tile: twice the L2 requests and 1.86x the time; common/w4a16_mma_tile.cuh).
-  // By tensor map (kTma): the box holds the CTA's n-tiles in order, 32 lanes' 16 bytes each, so
-  // the chunk is at n-tile tile_in_cta(cwarp, m) (a warp still reads 512 contiguous bytes).
-  static constexpr bool kBlockPairs = kStagesPerBlock == 2;
-  template <bool kPairs>
+  // Where the consumers find their weight chunk of the stage in ring slot `slot`. By tensor map
+  // (kTma) the box holds the CTA's n-tiles in order, so the chunk is in n-tile tile_in_cta(cwarp,
+  // m): at BLOCK_K 64 lane o's 16 bytes at o of it (a warp reads 512 contiguous bytes); stage
+  // pairs (BLOCK_K 128): the box fills an even slot's weight area and the next's, the block in
+  // memory order, lane o's chunk of stage h at 2 o + h of its n-tile (a warp's 16-byte reads at
+  // a 32-byte stride: 2-way bank conflicted, once a stage). By owner (cp.async, BLOCK_K 128 on the
+  // stream-K schedule): sm.w[slot][cwarp][m][lane].
   __device__ __forceinline__ static const uint4* weight_chunk(const Smem& sm, int slot, int cwarp, int m, int lane) {
-    if constexpr (kTma) {
-      return &sm.w[slot][0][0][0] + tile_in_cta(cwarp, m) * 32 + lane;
-    } else if constexpr (kPairs) {
+    if constexpr (kBlockPairs) {
       const uint4* pair = &sm.w[slot & ~1][0][0][0];
-      return pair + ((cwarp * WM + m) * 32 + lane) * 2 + (slot & 1);
+      return pair + (tile_in_cta(cwarp, m) * 32 + lane) * 2 + (slot & 1);
+    } else if constexpr (kTma) {
+      return &sm.w[slot][0][0][0] + tile_in_cta(cwarp, m) * 32 + lane;
     } else {
       return &sm.w[slot][cwarp][m][lane];
     }
@@ -285,25 +288,21 @@ struct WgmmaTile {
   };
   using Sources = std::conditional_t<kTma, TmaSources, CopySources>;
 
-  enum WeightCopy { kByOwner, kWholeBlocks };  // see weight_chunk
-  template <WeightCopy kCopy = kByOwner>
   __device__ __forceinline__ static Sources sources(const MoeParams& p, int expert, int col_tile) {
     if constexpr (kTma) {
       return TmaSources{expert, col_tile};
     } else {
-      return copy_sources<kCopy>(p, expert, col_tile);
+      return copy_sources(p, expert, col_tile);
     }
   }
-  template <WeightCopy kCopy>
+  // By owner: lane tid % 32's chunk of the stage.
   __device__ __forceinline__ static CopySources copy_sources(const MoeParams& p, int expert, int col_tile) {
     const int tid = threadIdx.x;
     const int n_tiles = p.n / kTile, k_blocks = p.k / BLOCK_K, k_groups = p.k / kGroupSize;
     CopySources src;
     const int tile0 = tile_of(col_tile, tid / (WM * 32), (tid / 32) % WM);
-    // by owner: lane tid % 32's chunk of the stage; whole blocks: chunk tid % 32 of the block
-    const BlockChunk at = kCopy == kWholeBlocks ? block_chunk<BLOCK_K>(tid % 32) : BlockChunk{tid % 32, 0};
     src.w_chunk0 = reinterpret_cast<const char*>(
-        p.qweight + fragment_chunk_word<BLOCK_K>(expert, min(tile0, n_tiles - 1), at.sub, at.lane, n_tiles, k_blocks));
+        p.qweight + fragment_chunk_word<BLOCK_K>(expert, min(tile0, n_tiles - 1), 0, tid % 32, n_tiles, k_blocks));
     src.w_tile_bytes = k_blocks * 32 * (BLOCK_K / kTile) * (int)sizeof(int32_t);
     src.w_tiles_left = n_tiles - tile0;
     // Scales: thread tid < kScaleChunks copies 8 scales of group tid / (kRows / 8).
@@ -358,15 +357,12 @@ struct WgmmaTile {
   }
   __device__ __forceinline__ static void load_stage(const MoeParams& p, Smem& sm, int slot, const Sources& src,
                                                     const RowPointers& rows, int s, int act_s) {
+    static_assert(!kBlockPairs, "stage pairs load whole blocks (load_block_pair)");
     if constexpr (kTma) {
       if (threadIdx.x == 0) {
-        const MoeTmaParams& maps = tma_maps(p);
         mbarrier_arrive_expect_tx(&sm.full[slot], kTmaStageBytes);
-        // weights [E][N/16][K/64][128 int32]: the CTA's n-tiles of K block s; scales [E][K/32][N/2
-        // pairs]: groups 2s, 2s + 1 of the CTA's rows
-        tma_load_4d(sm.w[slot], maps.weight_map, &sm.full[slot], 0, s, src.col_tile * (kRows / kTile), src.expert);
-        tma_load_3d(sm.scale[slot], maps.scale_map, &sm.full[slot], src.col_tile * (kRows / 2), s * kGroupsPerStage,
-                    src.expert);
+        tma_weights(p, sm, slot, src, s);
+        tma_scales(p, sm, slot, src, s);
       }
     } else {
       const char* w0 = src.w_chunk0 + stage_words(s) * (int64_t)sizeof(int32_t);
@@ -386,6 +382,20 @@ struct WgmmaTile {
 
   // The boxes' bytes a stage (kTma): all of them count, the zero-filled ones past N too.
   static constexpr uint32_t kTmaStageBytes = sizeof(Smem::w[0]) + sizeof(Smem::scale[0]);
+
+  // Weights [E][N/16][K/BLOCK_K][32 lanes x BLOCK_K/16 int32]: the CTA's n-tiles of K block
+  // `block` into slot `slot`'s weight area (a stage pair's: that slot's and the next's), on the
+  // slot's "full" barrier. Scales [E][K/32][N/2 pairs]: stage s's groups of the CTA's rows.
+  __device__ __forceinline__ static void tma_weights(const MoeParams& p, Smem& sm, int slot, const TmaSources& src,
+                                                     int block) {
+    tma_load_4d(sm.w[slot], tma_maps(p).weight_map, &sm.full[slot], 0, block, src.col_tile * (kRows / kTile),
+                src.expert);
+  }
+  __device__ __forceinline__ static void tma_scales(const MoeParams& p, Smem& sm, int slot, const TmaSources& src,
+                                                    int s) {
+    tma_load_3d(sm.scale[slot], tma_maps(p).scale_map, &sm.full[slot], src.col_tile * (kRows / 2),
+                s * kGroupsPerStage, src.expert);
+  }
 
   // A slot published without loading anything (the stream-K schedule's empty tiles, the tile
   // loop's end marker): thread 0's arrival that load_stage's box arm would have been.
@@ -417,28 +427,22 @@ struct WgmmaTile {
       if (act_row_in_tile(tid, i)) cp_async_16(dst + i * 16 * 128, rows.chunk(i, s), rows.present(i) ? 16 : 0);
   }
 
-  // The two stages of K block s0 / 2 into slots `slot` (even) and slot + 1, weights as whole
-  // blocks (see weight_chunk; thread chunk c copies 16 bytes at 16 (c % 32) and 512 + 16 (c % 32)
-  // of its n-tile's block); activations from stage act_s0 of `rows` (as load_stage). Issue only.
-  __device__ __forceinline__ static void load_block_pair(const MoeParams& p, Smem& sm, int slot, const CopySources& src,
+  // The two stages of K block s0 / 2 into slots `slot` (even) and slot + 1: the block's weights as
+  // one box into both slots' weight areas (see weight_chunk) and stage s0's scales, both on the
+  // first slot's barrier (the consumers wait for it before the second's); stage s0 + 1's scales
+  // on the second's; activations from stage act_s0 of `rows` (as load_stage). Issue only.
+  __device__ __forceinline__ static void load_block_pair(const MoeParams& p, Smem& sm, int slot, const Sources& src,
                                                          const RowPointers& rows, int s0, int act_s0) {
-    static_assert(!kTma, "stage pairs are the BLOCK_K-128 copy");
-    const int tid = threadIdx.x;
-    const char* w0 = src.w_chunk0 + stage_words(s0) * (int64_t)sizeof(int32_t);
-    // chunk c = tid + 128 i at 64 (c / 32) + 32 q + c % 32 of the slot pair
-    uint4* pair = &sm.w[slot][0][0][0] + (tid / 32) * 64 + tid % 32;
-    constexpr int kHalf = 32 * 4 * (int)sizeof(int32_t);  // the block's second stage: 32 lanes' 16 bytes on
-    const bool all = src.all_chunks();
-#pragma unroll
-    for (int i = 0; i < kWeightPerThread; ++i) {
-      const bool real = all || src.has_chunk(i);
-#pragma unroll
-      for (int q = 0; q < 2; ++q)
-        cp_async_16(pair + (kProducerThreads / 32) * 64 * i + q * 32, real ? src.chunk(w0, i) + q * kHalf : w0,
-                    real ? 16 : 0);
+    static_assert(kBlockPairs && kTma, "stage pairs load whole blocks by tensor map");
+    if (threadIdx.x == 0) {
+      mbarrier_arrive_expect_tx(&sm.full[slot], 2 * sizeof(Smem::w[0]) + sizeof(Smem::scale[0]));
+      tma_weights(p, sm, slot, src, s0 / 2);
+      tma_scales(p, sm, slot, src, s0);
+      mbarrier_arrive_expect_tx(&sm.full[slot + 1], sizeof(Smem::scale[0]));
+      tma_scales(p, sm, slot + 1, src, s0 + 1);
     }
 #pragma unroll
-    for (int q = 0; q < 2; ++q) load_scales(p, sm, slot + q, src, s0 + q), load_acts(sm, slot + q, rows, act_s0 + q);
+    for (int q = 0; q < 2; ++q) load_acts(sm, slot + q, rows, act_s0 + q);
   }
 
   // Stages [first_stage, first_stage + num_stages) of K into the ring (first_stage even with
@@ -446,7 +450,7 @@ struct WgmmaTile {
   __device__ static void produce(const MoeParams& p, Smem& sm, int expert, int first_stage, int num_stages) {
     const int tid = threadIdx.x;
     prefetch_maps(p);
-    const Sources src = sources<kBlockPairs ? kWholeBlocks : kByOwner>(p, expert, blockIdx.x);
+    const Sources src = sources(p, expert, blockIdx.x);
     RowIndex idx;
 #pragma unroll
     for (int i = 0; i < kActPerThread; ++i) idx.row[i] = act_row_in_tile(tid, i) ? sm.a_row[act_row_of(tid, i)] : -1;
@@ -486,7 +490,6 @@ struct WgmmaTile {
   // step's group left in flight while the next is dequantized. `first` starts the tile: the
   // first wgmma runs with scale-d = 0 (D = A*B). No zeroing by moves: that makes ptxas serialize
   // every wgmma once a group stays in flight across the loop's back edge (C7515).
-  template <bool kPairs = false>
   __device__ __forceinline__ static void mma_stage(Smem& sm, int slot, Acc& acc, AFrag& afrag, bool first) {
     const int cwarp = threadIdx.x / 32 - kProducerThreads / 32, lane = threadIdx.x % 32;
     const int cwg = cwarp / 4, wi = cwarp % 4;  // consumer warpgroup, warp within it
@@ -501,7 +504,7 @@ struct WgmmaTile {
     if constexpr (!kOperandsPerStep) {
 #pragma unroll
       for (int m = 0; m < WM; ++m) {
-        w[m] = *weight_chunk<kPairs>(sm, slot, cwarp, m, lane);
+        w[m] = *weight_chunk(sm, slot, cwarp, m, lane);
 #pragma unroll
         for (int grp = 0; grp < kGroupsPerStage; ++grp) load_scales(m, grp);
       }
@@ -514,7 +517,7 @@ struct WgmmaTile {
       for (int m = 0; m < WM; ++m) {
         uint32_t word;
         if constexpr (kOperandsPerStep) {
-          word = reinterpret_cast<const uint32_t*>(weight_chunk<kPairs>(sm, slot, cwarp, m, lane))[kt];
+          word = reinterpret_cast<const uint32_t*>(weight_chunk(sm, slot, cwarp, m, lane))[kt];
           if (kt % 2 == 0) load_scales(m, kt / 2);  // a scale group is 32 columns: two k steps
         } else {
           word = kt == 0 ? w[m].x : kt == 1 ? w[m].y : kt == 2 ? w[m].z : w[m].w;
@@ -626,7 +629,7 @@ struct WgmmaTile {
     for (int i = 0; i < num_stages; ++i) {
       const int slot = i % STAGES;
       mbarrier_wait(bars.full(slot), (i / STAGES) & 1);
-      mma_stage<kBlockPairs>(sm, slot, acc, afrag, i == 0);
+      mma_stage(sm, slot, acc, afrag, i == 0);
       if (i > 0) release(bars, (i - 1) % STAGES);
     }
     drain(acc, afrag);

@@ -42,7 +42,9 @@ struct WgmmaTiles {
   using Partials = SplitPartials<kConsumerThreads, kAcc, kConsumerThreads, /*kCompactSum=*/true>;
   // The loop's state costs the producer registers: at the one-tile split (72/216) some tiles
   // spill 4-16 bytes, and 72/216 measured slower everywhere (indexed-kernels.md v16); BLOCK_K 128
-  // (stage pairs) spilled even at 88/208. With 4 consumer warpgroups (96 registers a thread)
+  // (stage pairs) spilled even at 88/208 while it copied its weights with cp.async (104/200 is
+  // what was measured since; by tensor map 88/208 compiles clean, unmeasured: grouped-kernels.md
+  // v20). With 4 consumer warpgroups (96 registers a thread)
   // neither role has any to give: those tiles keep one CTA per tile.
   static_assert(CWG == 2, "the tile loop runs 2 consumer warpgroups");
   static constexpr int kProducerRegs = BLOCK_K == 64 ? 88 : 104;
@@ -109,8 +111,7 @@ struct WgmmaTiles {
       const int t = unit.tile;
       const Located at = Rows::locate(p, t / cols);
       if (!has_work(at)) continue;
-      const typename Tile::Sources src =
-          Tile::template sources<Tile::kBlockPairs ? Tile::kWholeBlocks : Tile::kByOwner>(p, at.expert, t % cols);
+      const typename Tile::Sources src = Tile::sources(p, at.expert, t % cols);
       typename Tile::RowIndex idx;
 #pragma unroll
       for (int i = 0; i < Tile::kActPerThread; ++i) {
@@ -201,7 +202,7 @@ struct WgmmaTiles {
       for (int s = 0; s < count; ++s, ++g) {
         const int slot = g % STAGES;
         mbarrier_wait(bars.full(slot), (g / STAGES) & 1);
-        Tile::template mma_stage<Tile::kBlockPairs>(sm, slot, acc, afrag, s == 0);
+        Tile::mma_stage(sm, slot, acc, afrag, s == 0);
         if (s > 0) Tile::release(bars, (g - 1) % STAGES);
       }
       Tile::drain(acc, afrag);

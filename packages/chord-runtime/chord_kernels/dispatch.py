@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from . import env
 from .jit.kernel import DEFAULT_ARCH, KernelSpec
 from .layouts import BLOCK_K_BY_MODE
-from .tma import TMA_BLOCK_K
+from .tma import STAGE_K, TMA_BLOCK_KS
 from .wave_model import expected_tiles, expected_waves, mean_row_tiles
 
 INDEXED_FAMILIES = ("auto", "mma_sk", "wgmma_sk", "mma", "wgmma", "simple")
@@ -294,7 +294,7 @@ def wgmma_smem_bytes(wm: int, bn: int, stages: int, cwg: int = 2) -> int:
     return stages * (bn * 128 + 4 * cwg * wm * 512 + 2 * rows * 2 + bn * 4 + 16) + out_stage + bn * 2 * 4 + tail
 
 
-WGMMA_STAGE_K = 64  # K columns per ring stage of the wgmma tile (one 128-byte swizzle row)
+WGMMA_STAGE_K = STAGE_K  # K columns per ring stage of the wgmma tile (one 128-byte swizzle row)
 # Consumer warpgroups of the wgmma tile: 2 (384 threads), or 4 (640 threads, ~96-104 registers a
 # thread) when the accumulators are small (WM * BN <= 64): twice the warps hide more of the
 # dequant's latency (Humming's mid-batch kernel runs 4; docs/design/indexed-kernels.md v13).
@@ -305,15 +305,17 @@ def wgmma_threads(cwg: int) -> int:
     return 128 * (1 + cwg)  # a producer warpgroup + the consumer warpgroups
 
 
-def wgmma_uses_tma(block_k: int) -> bool:
-    """WgmmaTile::kTma: on BLOCK_K-64 weights the producer loads a stage's weights and scales as
-    two tensor-map boxes (docs/design/indexed-kernels.md v22); BLOCK_K 128 (masked) keeps its
-    cp.async stage pairs."""
-    return block_k == TMA_BLOCK_K
+def wgmma_uses_tma(block_k: int, whole_blocks: bool = True) -> bool:
+    """WgmmaTile::kTma: the producer loads the weights and scales as tensor-map boxes, one box of
+    weights a packed K block (docs/design/indexed-kernels.md v22; BLOCK_K 128: a stage pair,
+    grouped-kernels.md v20). ``whole_blocks``: the schedule loads a block's stages together (the
+    one-CTA tile and the tile loop); the stream-K schedule does not, and copies BLOCK_K-128
+    stages with cp.async."""
+    return block_k in TMA_BLOCK_KS and (block_k == WGMMA_STAGE_K or whole_blocks)
 
 
 def wgmma_launch(family: str, header: str, body: str, template_args: tuple, wm: int, bn: int, stages: int,
-                 arch: str, cwg: int = 2, split_k: int = 1) -> Launch:
+                 arch: str, cwg: int = 2, split_k: int = 1, whole_blocks: bool = True) -> Launch:
     """A wgmma tile (csrc/common/w4a16_wgmma_tile.cuh) launch: a producer warpgroup and ``cwg``
     consumer warpgroups x ``wm`` m64 weight tiles, ``bn`` rows on WGMMA-N; one CTA per SM (its
     ring fills shared memory; with 2 consumer warpgroups they take 216 registers a thread, 200 on
@@ -321,7 +323,7 @@ def wgmma_launch(family: str, header: str, body: str, template_args: tuple, wm: 
     whole tiles (csrc/common/w4a16_wgmma_tiles.cuh), with 4 it is one CTA per tile, or with
     ``split_k`` > 1 one cluster of ``split_k`` CTAs per tile (grid z). ``template_args`` name
     BLOCK_K where it is not the indexed layout's 64 (the grouped family)."""
-    tma = wgmma_uses_tma(dict(template_args).get("BLOCK_K", BLOCK_K_BY_MODE["indexed"]))
+    tma = wgmma_uses_tma(dict(template_args).get("BLOCK_K", BLOCK_K_BY_MODE["indexed"]), whole_blocks)
     spec = KernelSpec(family=family, header=header, body=body,
                       params_type="chord::MoeTmaParams" if tma else "chord::MoeParams",
                       template_args=template_args, threads=wgmma_threads(cwg), min_blocks_per_sm=1, arch=arch,
@@ -335,7 +337,7 @@ def wgmma_streamk_launch(family: str, header: str, body: str, template_args: tup
                          arch: str, cwg: int = 2) -> Launch:
     """The wgmma tile on the stream-K schedule (csrc/common/w4a16_wgmma_streamk.cuh): persistent
     CTAs, each with two FP32 partial slots of 128*CWG consumer threads x WM*BN/2 accumulators."""
-    launch = wgmma_launch(family, header, body, template_args, wm, bn, stages, arch, cwg)
+    launch = wgmma_launch(family, header, body, template_args, wm, bn, stages, arch, cwg, whole_blocks=False)
     return replace(launch, partial_floats=2 * 128 * cwg * wm * bn // 2, iteration_k=WGMMA_STAGE_K, tile_loop=False)
 
 

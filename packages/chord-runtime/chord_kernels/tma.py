@@ -1,15 +1,16 @@
 """Tensor maps of a packed weight for the wgmma tile's TMA producer (csrc/common/tma_sm90.cuh).
 
-The wgmma tile on BLOCK_K-64 weights (``dispatch.wgmma_uses_tma``) loads a stage's weights and
-scales as two boxes. The geometry is a pure function of the weight's shape and the tile's rows
-(:func:`weight_map_geometry`, :func:`scale_map_geometry`, CPU-tested); encoding needs the driver
-(``cuTensorMapEncodeTiled`` through the launcher) and happens once per (weight tensors, rows):
-:func:`tensor_maps` memoizes the 256 bytes a launch appends to its parameters.
+The wgmma tile (``dispatch.wgmma_uses_tma``) loads its weights as one box a packed K block (a
+stage at BLOCK_K 64, a stage pair at BLOCK_K 128) and its scales as one box a stage. The
+geometry is a pure function of the weight's shape and the tile's rows (:func:`weight_map_geometry`,
+:func:`scale_map_geometry`, CPU-tested); encoding needs the driver (``cuTensorMapEncodeTiled``
+through the launcher) and happens once per (weight tensors, rows): :func:`tensor_maps` memoizes the
+256 bytes a launch appends to its parameters.
 
-- Weights, int32 ``[E, N/16, K/64, 32 lanes x 4 words]``: a 4-D map, dims (innermost first)
-  ``{128, K/64, N/16, E}``; the box ``{128, 1, rows/16, 1}`` is one K block (one stage) of the
-  tile's ``rows / 16`` n-tiles, 512 contiguous bytes each, landing in shared memory n-tile after
-  n-tile. A tile crossing the end of N reads past ``N/16``: zero-filled.
+- Weights, int32 ``[E, N/16, K/BLOCK_K, 32 lanes x BLOCK_K/16 words]``: a 4-D map, dims (innermost
+  first) ``{2 BLOCK_K, K/BLOCK_K, N/16, E}``; the box ``{2 BLOCK_K, 1, rows/16, 1}`` is one K block
+  of the tile's ``rows / 16`` n-tiles, 512 (1024) contiguous bytes each, landing in shared memory
+  n-tile after n-tile in memory order. A tile crossing the end of N reads past ``N/16``: zero-filled.
 - Scales, bf16 ``[E, K/32, N]``, as uint32 pairs (a box dim holds at most 256 elements and a tile
   has up to 512 rows): a 3-D map ``{N/2, K/32, E}``, box ``{rows/2, 2, 1}`` = the stage's two
   groups of the tile's rows, ``[2][rows]`` bf16 in shared memory as the tile reads them.
@@ -22,7 +23,8 @@ from dataclasses import dataclass
 from .int4 import GROUP_SIZE
 from .layouts import LANES, TILE, PackedW4A16
 
-TMA_BLOCK_K = 64  # the weights the TMA producer reads (BLOCK_K 128 keeps cp.async stage pairs)
+STAGE_K = 64  # K columns a ring stage of the wgmma tile (dispatch.WGMMA_STAGE_K): a scale box's two groups
+TMA_BLOCK_KS = (64, 128)  # the packed BLOCK_Ks whose K block is one box (a lane's words: 16 or 32 bytes)
 MAX_BOX = 256  # elements a box dimension holds (the TMA unit's limit)
 # CUtensorMapDataType / CUtensorMapL2promotion values (cuda.h)
 DTYPE_UINT32, DTYPE_INT32 = 2, 3
@@ -51,13 +53,16 @@ def _check_rows(rows: int, n: int) -> None:
         raise ValueError(f"N={n} must be a multiple of {TILE}")
 
 
-def weight_map_geometry(num_experts: int, n: int, k: int, rows: int) -> MapGeometry:
-    """qweight [E, N/16, K/64, 32, 4] int32 as boxes of one stage of ``rows`` weight rows."""
+def weight_map_geometry(num_experts: int, n: int, k: int, rows: int, block_k: int = 64) -> MapGeometry:
+    """qweight [E, N/16, K/BLOCK_K, 32, BLOCK_K/16] int32 as boxes of one K block of ``rows``
+    weight rows."""
     _check_rows(rows, n)
-    if k % TMA_BLOCK_K:
-        raise ValueError(f"K={k} must be a multiple of {TMA_BLOCK_K}")
-    words = LANES * TMA_BLOCK_K // TILE  # 128 int32 = 512 bytes: one n-tile's K block
-    blocks = k // TMA_BLOCK_K
+    if block_k not in TMA_BLOCK_KS:
+        raise ValueError(f"tensor maps are for BLOCK_K {' or '.join(map(str, TMA_BLOCK_KS))} weights, got {block_k}")
+    if k % block_k:
+        raise ValueError(f"K={k} must be a multiple of BLOCK_K={block_k}")
+    words = LANES * block_k // TILE  # 128 (256) int32 = 512 (1024) bytes: one n-tile's K block
+    blocks = k // block_k
     return MapGeometry(DTYPE_INT32, (words, blocks, n // TILE, num_experts),
                        (4 * words, 4 * words * blocks, 4 * words * blocks * (n // TILE)), (words, 1, rows // TILE, 1))
 
@@ -67,13 +72,13 @@ def scale_map_geometry(num_experts: int, n: int, k: int, rows: int) -> MapGeomet
     _check_rows(rows, n)
     groups = k // GROUP_SIZE
     return MapGeometry(DTYPE_UINT32, (n // 2, groups, num_experts), (2 * n, 2 * n * groups),
-                       (rows // 2, TMA_BLOCK_K // GROUP_SIZE, 1))
+                       (rows // 2, STAGE_K // GROUP_SIZE, 1))
 
 
 def _check_tensors(packed: PackedW4A16) -> None:
-    if packed.block_k != TMA_BLOCK_K:
-        raise ValueError(f"tensor maps are for BLOCK_K-{TMA_BLOCK_K} weights, this one is packed with "
-                         f"BLOCK_K {packed.block_k} (mode {packed.mode!r})")
+    if packed.block_k not in TMA_BLOCK_KS:
+        raise ValueError(f"tensor maps are for BLOCK_K {' or '.join(map(str, TMA_BLOCK_KS))} weights, this one is "
+                         f"packed with BLOCK_K {packed.block_k} (mode {packed.mode!r})")
     for name, t in (("qweight", packed.qweight), ("scale", packed.scale)):
         if not t.is_contiguous() or t.data_ptr() % 16:
             raise ValueError(f"packed {name} must be contiguous and 16-byte aligned for the TMA producer "
@@ -92,7 +97,7 @@ def tensor_maps(packed: PackedW4A16, rows: int) -> bytes:
     if maps is None:
         _check_tensors(packed)
         e, n, k = packed.num_experts, packed.n, packed.k
-        maps = encode(weight_map_geometry(e, n, k, rows), qw.data_ptr()) + encode(scale_map_geometry(e, n, k, rows),
+        maps = encode(weight_map_geometry(e, n, k, rows, packed.block_k), qw.data_ptr()) + encode(scale_map_geometry(e, n, k, rows),
                                                                                   sc.data_ptr())
         _maps[key] = maps
     return maps
