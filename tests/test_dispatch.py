@@ -352,7 +352,7 @@ def test_grouped_split_k_choice(routing, block_k):
 
 def test_split_k_not_on_the_per_step_or_loop_tiles():
     # the 512 x 56 tile (per-step operand loads) is not split by the dispatch (measured slower, v10)
-    bn56 = dispatch.select_grouped(GroupedProblem("contiguous_offsets", 4096, 7168, 24, 43, 64))
+    bn56 = dispatch.select_grouped(GroupedProblem("contiguous_offsets", 4096, 7168, 12, 40, 64))
     assert bn56.spec.config["BN"] == 56 and bn56.spec.config["CWG"] == 4 and bn56.split_k == 1
     # the masked form runs 2 consumer warpgroups there (v9): whole tiles on a loop, no split at all
     masked = GroupedProblem("masked", 4096, 7168, 24, 43, 128)
@@ -374,10 +374,10 @@ def test_grouped_taller_tile_for_a_wave():
     assert dispatch.grouped_row_candidates(GroupedProblem("masked", 4096, 7168, 24, 43, 128)) == (56, 64, 96, 128)
     # its down (28 column tiles: 672 tiles are 6 waves of either height) keeps the shorter tile
     assert dispatch.select_grouped(GroupedProblem("masked", 7168, 2048, 24, 43, 128)).rows_per_cta == 56
-    # the offsets form at the same point: the taller tile would be another kind of tile (the
-    # 256 x 64 loop, not the 512 x 56 one-CTA tile), which lost under a skewed router: kept
+    # the offsets form at the same point: the taller tile is another kind of tile (the 256 x 64
+    # loop in place of the 512 x 56 one-CTA tile), 18 % faster uniform, 27 % / -6 % skewed (v21)
     offsets = dispatch.select_grouped(GroupedProblem("contiguous_offsets", 4096, 7168, 24, 43, 64))
-    assert offsets.rows_per_cta == 56 and offsets.cols_per_cta == 512
+    assert offsets.rows_per_cta == 64 and offsets.cols_per_cta == 256
     # decode and mid-batch tiles and the DeepGEMM form's powers of two are not searched
     assert dispatch.grouped_row_candidates(GroupedProblem("masked", 4096, 7168, 24, 21, 128)) == (32,)
     assert dispatch.grouped_row_candidates(GroupedProblem("contiguous", 4096, 7168, 24, 43, 64)) == (64,)
@@ -389,7 +389,6 @@ def test_grouped_cost_model_prefers_fewer_waves_and_fewer_rows():
     p = GroupedProblem("masked", 4096, 7168, 24, 43, 128)
     l56 = dispatch.grouped_launch("masked", 4096, 7168, 56, 128)
     l64 = dispatch.grouped_launch("masked", 4096, 7168, 64, 128)
-    assert dispatch.same_tile_kind(l56, l64)
     c56 = dispatch.grouped_launch_cost(p, 56, l56, 1, 132)
     c64 = dispatch.grouped_launch_cost(p, 64, l64, 1, 132)
     assert c64 < 0.95 * c56
@@ -403,4 +402,5 @@ def test_grouped_choice_prints_what_it_weighed(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "BN=64" in err and "56 rows x1: 1.000; 64 rows x1: 0.899" in err, err
     dispatch.select_grouped(GroupedProblem("contiguous_offsets", 4096, 7168, 24, 44, 64))
-    assert "64 rows: another kind of tile" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "BN=64" in err and "CWG=2" in err and "56 rows x1: 1.000; 64 rows x1: 0." in err, err

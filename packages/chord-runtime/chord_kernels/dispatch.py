@@ -756,36 +756,26 @@ def grouped_row_candidates(problem: GroupedProblem) -> tuple[int, ...]:
     return tuple(b for b in PREFILL_BLOCK_M_CHOICES if b >= rows)
 
 
-def same_tile_kind(a: Launch, b: Launch) -> bool:
-    """Launches that differ at most in their tile's rows: the same kernel family, consumer
-    warpgroups and weight rows a CTA, so the same cost per weight byte."""
-    return (a.spec.family == b.spec.family and a.cols_per_cta == b.cols_per_cta
-            and a.spec.config.get("CWG") == b.spec.config.get("CWG"))
-
-
 def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int = H200_SMS,
                    split_override: str = "auto") -> Launch:
     """Grouped dispatch owns its layout search: no block_m or tuning overrides (by design). The
     tile height and the one-CTA tile's K split come from one wave model (grouped_launch_cost):
-    a taller tile than grouped_tile_rows, on the same kind of tile (same_tile_kind), wins only
-    by more than PREFILL_TOLERANCE (near-ties keep the shorter tile: at ~85 rows on 48 experts
-    128 comes within 2 % of 96, which measured 3-7 % faster, indexed v18). The K split takes
-    CHORD_GROUPED_SPLIT_K (``split_override``) for experiments.
+    a taller tile than grouped_tile_rows wins only by more than PREFILL_TOLERANCE (near-ties
+    keep the shorter tile: at ~85 rows on 48 experts 128 comes within 2 % of 96, which measured
+    3-7 % faster, indexed v18). The K split takes CHORD_GROUPED_SPLIT_K (``split_override``) for
+    experiments.
 
-    Why only the same kind of tile (grouped-kernels.md v16, H200, same-run sweep): at 43 expected
-    rows on 24 experts a taller tile cuts the waves of the uniform routing, where the model is
-    right, but a tile of another kind (the 512 x 56 one-CTA tile against the 256 x 64 loop) also
-    changes the cost per weight byte, and under a skewed router with the same expected rows
-    (which the host cannot tell apart) it lost 12 % on two routing draws of three and won 12 % on
-    the third (offsets EP16 T=128 gate_up; uniform: -6 % on all three)."""
+    A taller tile may be another kind of tile (the 256 x 64 tile loop in place of the 512 x 56
+    one-CTA tile at 33-46 expected rows on the offsets form). From v16 to v19 only the same kind
+    competed: the loop's short last wave lost 12 % to the one-CTA tile under a skewed router on
+    two routing draws of three. Since the loop splits its last wave along K (v19) it measured
+    17-27 % faster at 7 of 8 such points over two routing draws, 6 % slower at one
+    (grouped-kernels.md v21)."""
     if problem.routing not in GROUPED_ROUTINGS:
         raise ValueError(f"unknown grouped routing {problem.routing!r}")
     best, weighed = None, []
     for rows in grouped_row_candidates(problem):
         launch = grouped_launch(problem.routing, problem.n, problem.k, rows, problem.block_k, arch)
-        if best is not None and not same_tile_kind(launch, best[2]):
-            weighed.append(f"{rows} rows: another kind of tile")
-            continue
         split = grouped_split_k(problem, launch, sms, split_override)
         cost = grouped_launch_cost(problem, rows, launch, split, sms)
         weighed.append(f"{rows} rows x{split}: {cost / (best or (cost,))[0]:.3f}")
