@@ -1,0 +1,74 @@
+"""benchmarks/ncu_ab.sh, the device A/B of kernel trees, run on the CPU with `python3` and `ncu`
+stubs that log their calls: the runs come in ABBA order with each tree's environment, the
+routing covers exactly the points asked for, and every candidate gets its table against the base."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+STUB = """#!/usr/bin/env bash
+echo "$(basename "$0") PYTHONPATH=${PYTHONPATH:-} CHORD_CSRC_DIR=${CHORD_CSRC_DIR:-} $*" >> "$STUB_LOG"
+"""
+
+
+def tree(root: Path, name: str) -> Path:
+    path = root / name
+    (path / "csrc" / "common").mkdir(parents=True)
+    (path / "packages" / "chord-runtime" / "chord_kernels").mkdir(parents=True)
+    return path
+
+
+def run_script(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name in ("python3", "ncu"):
+        (bin_dir / name).write_text(STUB)
+        (bin_dir / name).chmod(0o755)
+    log = tmp_path / "calls.log"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "STUB_LOG": str(log), "AB_INSTALL": "0"}
+    env.pop("PYTHONPATH", None)
+    env.pop("CHORD_CSRC_DIR", None)
+    proc = subprocess.run(["bash", str(REPO / "benchmarks" / "ncu_ab.sh"), *args], env=env, capture_output=True,
+                          text=True, timeout=60)
+    return proc, log.read_text().splitlines() if log.exists() else []
+
+
+def test_abba_order_environments_routing_and_tables(tmp_path):
+    old, cand = tree(tmp_path, "old"), tree(tmp_path, "cand")
+    out = tmp_path / "ab"
+    points = "--paths grouped_masked --scenarios ep8,ep16 --tokens 128 --dists uniform,skew"
+    proc, calls = run_script(tmp_path, str(out), "grouped", points, f"old={old}", "new=.", f"cand={cand}")
+    assert proc.returncode == 0, proc.stderr
+    routing = [c for c in calls if "benchmarks.make_routing" in c]
+    assert len(routing) == 1 and "--scenarios ep8,ep16 --tokens 128 --dists uniform,skew --seed 0" in routing[0]
+    assert "--paths" not in routing[0]
+    assert sum("benchmarks.precompile_points" in c for c in calls) == 3
+    runs = [c for c in calls if c.startswith("ncu ")]
+    labels = [c.split("--log-file ")[1].split()[0].rsplit("ncu_grouped_", 1)[1].removesuffix(".csv") for c in runs]
+    assert labels == ["old", "new", "cand", "cand2", "new2", "old2"]
+    for call, label in zip(runs, labels, strict=True):
+        if label.startswith("new"):  # this checkout: no overrides
+            assert "PYTHONPATH= CHORD_CSRC_DIR= " in call
+        else:
+            path = old if label.startswith("old") else cand
+            assert f"PYTHONPATH={path}/packages/chord-runtime CHORD_CSRC_DIR={path}/csrc " in call
+        assert "--clock-control base" in call and points in call and f"--out {out}/grouped_{label}.json" in call
+    tables = [c for c in calls if "benchmarks.ncu_ab_table" in c]
+    assert [t.split("--cand ")[1] for t in tables] == ["new,new2", "cand,cand2"]
+    assert all("--base old,old2" in t for t in tables)
+    assert (out / "status").read_text().count("run ") == 6
+
+
+@pytest.mark.parametrize("args,message", [
+    (("grouped", "--tokens 1", "old=."), "two trees at least"),
+    (("mma", "--tokens 1", "old=.", "new=."), "family grouped or indexed"),
+    (("grouped", "--tokens 1", "old=.", "nolabel"), "LABEL=PATH"),
+    (("grouped", "--tokens 1", "old=.", "new=/nonexistent"), "no csrc/"),
+])
+def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, message):
+    proc, calls = run_script(tmp_path, str(tmp_path / "ab"), *args)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert calls == []
