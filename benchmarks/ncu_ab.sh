@@ -21,11 +21,11 @@ DIR=${1:?usage: ncu_ab.sh DIR FAMILY POINTS LABEL=TREE...}; FAMILY=${2:?family};
 [[ $# -ge 2 ]] || { echo "ncu_ab.sh: two trees at least (LABEL=TREE)" >&2; exit 2; }
 case "$FAMILY" in grouped|indexed) ;; *) echo "ncu_ab.sh: family grouped or indexed, not $FAMILY" >&2; exit 2 ;; esac
 mkdir -p "$DIR"
-LABELS=(); ENVS=()
+LABELS=(); TREES=(); ENVS=()
 for tree in "$@"; do
   label=${tree%%=*}; path=${tree#*=}
   [[ -n $label && $label != "$tree" ]] || { echo "ncu_ab.sh: trees are LABEL=PATH, not $tree" >&2; exit 2; }
-  LABELS+=("$label")
+  LABELS+=("$label"); TREES+=("$path")
   if [[ $path == . ]]; then ENVS+=("")
   else
     [[ -d $path/csrc/common && -d $path/packages/chord-runtime/chord_kernels ]] \
@@ -41,10 +41,8 @@ if [[ ${AB_INSTALL:-1} != 0 ]]; then
   done
 fi
 # A tree copied from git has no compiled launcher: it takes this checkout's (same sources).
-for i in "${!LABELS[@]}"; do
-  [[ -z ${ENVS[$i]} ]] && continue
-  path=${ENVS[$i]#PYTHONPATH=}; path=${path%% *}
-  cp packages/chord-runtime/chord_kernels/_launcher*.so "$path/chord_kernels/"
+for path in "${TREES[@]}"; do
+  [[ $path == . ]] || cp packages/chord-runtime/chord_kernels/_launcher*.so "$path/packages/chord-runtime/chord_kernels/"
 done
 export CHORD_CACHE_DIR=${CHORD_CACHE_DIR:-/tmp/chord-jit} PYTHONUNBUFFERED=1
 

@@ -53,12 +53,16 @@ def _check_rows(rows: int, n: int) -> None:
         raise ValueError(f"N={n} must be a multiple of {TILE}")
 
 
+def _check_block_k(block_k: int, what: str) -> None:
+    if block_k not in TMA_BLOCK_KS:
+        raise ValueError(f"tensor maps are for BLOCK_K {' or '.join(map(str, TMA_BLOCK_KS))} weights, {what}")
+
+
 def weight_map_geometry(num_experts: int, n: int, k: int, rows: int, block_k: int = 64) -> MapGeometry:
     """qweight [E, N/16, K/BLOCK_K, 32, BLOCK_K/16] int32 as boxes of one K block of ``rows``
     weight rows."""
     _check_rows(rows, n)
-    if block_k not in TMA_BLOCK_KS:
-        raise ValueError(f"tensor maps are for BLOCK_K {' or '.join(map(str, TMA_BLOCK_KS))} weights, got {block_k}")
+    _check_block_k(block_k, f"got {block_k}")
     if k % block_k:
         raise ValueError(f"K={k} must be a multiple of BLOCK_K={block_k}")
     words = LANES * block_k // TILE  # 128 (256) int32 = 512 (1024) bytes: one n-tile's K block
@@ -76,9 +80,7 @@ def scale_map_geometry(num_experts: int, n: int, k: int, rows: int) -> MapGeomet
 
 
 def _check_tensors(packed: PackedW4A16) -> None:
-    if packed.block_k not in TMA_BLOCK_KS:
-        raise ValueError(f"tensor maps are for BLOCK_K {' or '.join(map(str, TMA_BLOCK_KS))} weights, this one is "
-                         f"packed with BLOCK_K {packed.block_k} (mode {packed.mode!r})")
+    _check_block_k(packed.block_k, f"this one is packed with BLOCK_K {packed.block_k} (mode {packed.mode!r})")
     for name, t in (("qweight", packed.qweight), ("scale", packed.scale)):
         if not t.is_contiguous() or t.data_ptr() % 16:
             raise ValueError(f"packed {name} must be contiguous and 16-byte aligned for the TMA producer "
@@ -97,8 +99,8 @@ def tensor_maps(packed: PackedW4A16, rows: int) -> bytes:
     if maps is None:
         _check_tensors(packed)
         e, n, k = packed.num_experts, packed.n, packed.k
-        maps = encode(weight_map_geometry(e, n, k, rows, packed.block_k), qw.data_ptr()) + encode(scale_map_geometry(e, n, k, rows),
-                                                                                  sc.data_ptr())
+        maps = (encode(weight_map_geometry(e, n, k, rows, packed.block_k), qw.data_ptr())
+                + encode(scale_map_geometry(e, n, k, rows), sc.data_ptr()))
         _maps[key] = maps
     return maps
 
