@@ -88,3 +88,6 @@ grouped_case("grouped tile loop", 2048, 1024, [900, 0, 1200, 500], 4864, 2600, 1
 # A few tiles on K 2048, far fewer than the CTAs: the tile loop's split tail (each tile in two
 # pieces, partials through the workspace, the last piece adds up; masked: whole-block pairs).
 grouped_case("grouped split tail", 256, 2048, [200, 0, 90, 130], 420, 105, 200, 105)
+# The 4-warpgroup 512 x 32 tile on the tile loop: 160 tiles on the 132 resident CTAs, the last 28
+# in two pieces each.
+grouped_case("grouped 4-warpgroup split tail", 4096, 2048, [24] * 20, 640, 24, 32, 24)

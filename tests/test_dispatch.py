@@ -311,13 +311,17 @@ def test_grouped_block_k_128_avoids_per_step_operand_loads():
             assert not dispatch.wgmma_loads_operands_per_step(cfg), launch.spec.symbol
 
 
-@pytest.mark.parametrize("experts,rows,n,k,want", [(24, 21, 4096, 7168, 2),  # EP16 T=64 gate_up: 2 waves -> 3 half waves
-                                                    (12, 21, 4096, 7168, 1),  # EP32 T=32: 0.73 waves, 1.45 split
-                                                    (48, 21, 4096, 7168, 1),  # EP8 T=128: 2.9 waves already
-                                                    (24, 28, 4096, 7168, 1)])  # overflowing experts: split opens a 4th
-def test_grouped_split_by_waves(experts, rows, n, k, want):
-    launch = dispatch.select_grouped(GroupedProblem("contiguous_offsets", n, k, experts, rows, 64))
-    assert launch.split_k == want and launch.spec.config["BN"] == 32
+@pytest.mark.parametrize("experts,rows,n,k", [(24, 21, 4096, 7168),  # EP16 T=64 gate_up (split in two until v23)
+                                              (12, 21, 4096, 7168),  # EP32 T=32
+                                              (48, 21, 4096, 7168),  # EP8 T=128
+                                              (48, 21, 7168, 2048)])  # EP8 T=128 down
+def test_grouped_4_warpgroup_tiles_loop(experts, rows, n, k):
+    # the 512 x 32 tile on the tile loop (its split tail, on the device, takes a short last wave);
+    # the dispatch no longer splits K over a cluster by itself (v23)
+    for routing, block_k in (("contiguous_offsets", 64), ("masked", 128), ("contiguous", 64)):
+        launch = dispatch.select_grouped(GroupedProblem(routing, n, k, experts, rows, block_k))
+        assert launch.tile_loop and launch.split_k == 1 and launch.spec.cluster_z == 1
+        assert launch.spec.config["BN"] == 32 and launch.spec.config["CWG"] == 4 and launch.spec.config["LOOP"] == 1
 
 
 def test_split_k_choices():
@@ -331,38 +335,39 @@ def test_split_k_choices():
 @pytest.mark.parametrize("routing,block_k", [("contiguous_offsets", 64), ("masked", 128)])
 def test_grouped_split_k_choice(routing, block_k):
     # EP16 T=64 gate_up: 24 experts x 1 row tile (21 rows -> 32) x 8 column tiles of the 512 x 32
-    # one-CTA tile on 132 SMs -> a cluster of 2 CTAs a tile
+    # tile on 132 SMs: the tile loop unless CHORD_GROUPED_SPLIT_K asks for one-CTA clusters of 2
     problem = GroupedProblem(routing, 4096, 7168, 24, 21, block_k)
-    launch = dispatch.select_grouped(problem)
+    assert dispatch.select_grouped(problem).split_k == 1
+    launch = dispatch.select_grouped(problem, split_override="2")
     assert launch.split_k == 2 and launch.spec.cluster_z == 2 and launch.spec.config["SPLIT_K"] == 2
+    assert not launch.tile_loop and "LOOP" not in launch.spec.config
     assert launch.spec.config["BN"] == 32 and launch.spec.config["CWG"] == 4
     assert "__cluster_dims__(1, 1, 2)" in launch.spec.source()
     assert launch.grid(dispatch.IndexedProblem(4096, 7168, 24, 8, 32), 1)[2] == 2
     assert dispatch.select_grouped(problem, split_override="1").split_k == 1
-    assert dispatch.select_grouped(problem, sms=64).split_k == 1  # 3 full waves on a 64-SM GPU
-    down = dispatch.select_grouped(GroupedProblem(routing, 7168, 2048, 12, 21, block_k))
-    assert down.split_k == 1  # K 2048: not split by the dispatch (v10) ...
     assert dispatch.select_grouped(GroupedProblem(routing, 7168, 2048, 12, 21, block_k),
-                                   split_override="2").split_k == 2  # ... but it may be forced
+                                   split_override="2").split_k == 2  # K 2048 too
     # every split the dispatch (or the override) can pick is compiled (CI) and in the EP profiles
     reachable = {launch.spec.symbol for launch in dispatch.grouped_reachable_launches()}
     assert launch.spec.symbol in reachable
     assert launch.spec.symbol in {spec.symbol for spec in profile_specs("h200_ep16")}
 
 
-def test_split_k_not_on_the_per_step_or_loop_tiles():
-    # the 512 x 56 tile (per-step operand loads) is not split by the dispatch (measured slower, v10)
+def test_split_k_only_on_the_4_warpgroup_tile():
+    # the 512 x 56 tile (per-step operand loads) loops too
     bn56 = dispatch.select_grouped(GroupedProblem("contiguous_offsets", 4096, 7168, 12, 40, 64))
-    assert bn56.spec.config["BN"] == 56 and bn56.spec.config["CWG"] == 4 and bn56.split_k == 1
-    # the masked form runs 2 consumer warpgroups there (v9): whole tiles on a loop, no split at all
+    assert bn56.spec.config["BN"] == 56 and bn56.spec.config["CWG"] == 4 and bn56.split_k == 1 and bn56.tile_loop
+    # the masked form runs 2 consumer warpgroups there (v9): no one-CTA variant to split
     masked = GroupedProblem("masked", 4096, 7168, 24, 43, 128)
     assert dispatch.select_grouped(masked).split_k == 1
     with pytest.raises(ValueError, match="CHORD_GROUPED_SPLIT_K='2'.*auto or one of 1$"):
         dispatch.select_grouped(masked, split_override="2")
-    with pytest.raises(ValueError, match="only the one-CTA wgmma tile splits K"):
+    with pytest.raises(ValueError, match="only the 4-warpgroup wgmma tile splits K"):
         dispatch.grouped_launch("masked", 4096, 7168, 8, 128, split_k=2)
     with pytest.raises(ValueError, match="the K split is"):
         dispatch.grouped_wgmma("masked", 2, 32, 8, 128, cwg=4, split_k=4)
+    with pytest.raises(ValueError, match="the K split is"):
+        dispatch.grouped_wgmma("masked", 2, 32, 8, 128, cwg=4, split_k=2, loop=True)
 
 
 def test_grouped_taller_tile_for_a_wave():

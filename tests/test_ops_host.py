@@ -300,11 +300,12 @@ def test_grouped_entry_points_check_mode_and_expected_m():
         contiguous_offsets(a, packed_c, torch.tensor([0, 1, 2, 3], dtype=torch.int64))
 
 
-def test_grids_past_cuda_limit_are_a_clear_error(grouped_stub):
+def test_grids_past_cuda_limit_are_a_clear_error(grouped_stub, monkeypatch):
     """Row tiles of one-CTA-per-tile kernels map to grid y (at most 65535): a buffer too tall for
     its tile size raises before any launch instead of failing in the driver."""
-    # 32-row tiles (expected_m 24) on deep K, N >= 2048: the 4-warpgroup wgmma tile, one CTA per
-    # tile, 65535 * 2 + E tiles (the rows are a broadcast view: no 8 GB buffer)
+    # 32-row tiles (expected_m 24) on deep K, N >= 2048: the 4-warpgroup wgmma tile split over K
+    # (one-CTA clusters), 65535 * 2 + E tiles (the rows are a broadcast view: no 8 GB buffer)
+    monkeypatch.setenv("CHORD_GROUPED_SPLIT_K", "2")
     packed, _, _ = _grouped_problem("contiguous", n=2048, k=1024)
     a = torch.empty(1, 1024, dtype=torch.bfloat16).expand(64 * 65535, 1024)
     out = torch.empty(1, packed.n, dtype=torch.bfloat16).expand(a.shape[0], packed.n)

@@ -44,11 +44,10 @@ struct WgmmaTiles {
   // spill 4-16 bytes, and 72/216 measured slower everywhere (indexed-kernels.md v16); BLOCK_K 128
   // (stage pairs) spilled even at 88/208 while it copied its weights with cp.async (104/200 is
   // what was measured since; by tensor map 88/208 compiles clean, unmeasured: grouped-kernels.md
-  // v20). With 4 consumer warpgroups (96 registers a thread)
-  // neither role has any to give: those tiles keep one CTA per tile.
-  static_assert(CWG == 2, "the tile loop runs 2 consumer warpgroups");
-  static constexpr int kProducerRegs = BLOCK_K == 64 ? 88 : 104;
-  static constexpr int kConsumerRegs = BLOCK_K == 64 ? 208 : 200;
+  // v20). With 4 consumer warpgroups (640 threads, 96 registers a thread at launch) the one-CTA
+  // tile's split, 64/104: both producers load by tensor map, so the loop's state fits 64.
+  static constexpr int kProducerRegs = CWG == 4 ? 64 : BLOCK_K == 64 ? 88 : 104;
+  static constexpr int kConsumerRegs = CWG == 4 ? 104 : BLOCK_K == 64 ? 208 : 200;
 
   // The host keeps row tiles x column tiles + 2 x CTAs under 2^31 (chord_kernels/ops.py) and
   // passes p.locks zeroed (2 + CTAs of them: the counters, then a lock per split tile) with a

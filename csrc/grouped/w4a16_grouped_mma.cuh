@@ -175,13 +175,14 @@ struct GroupedMmaStreamK
 template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K>
 struct GroupedWgmmaStreamK : WgmmaStreamK<WM, BN, STAGES, BLOCK_K, GroupedRowTiles<ROUTING>::template Of> {};
 
-// 2 consumer warpgroups: whole tiles on at most one CTA an SM; 4: one CTA per tile, or with
-// SPLIT_K > 1 one cluster of SPLIT_K CTAs per tile.
-template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K, int CWG, int SPLIT_K = 1>
+// LOOP (always with 2 consumer warpgroups): whole tiles on at most one CTA an SM; else (4) one CTA
+// per tile, or with SPLIT_K > 1 one cluster of SPLIT_K CTAs per tile.
+template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K, int CWG, int SPLIT_K = 1, int LOOP = (CWG == 2)>
 struct GroupedWgmma
-    : std::conditional_t<CWG == 2, WgmmaTiles<WM, BN, STAGES, BLOCK_K, GroupedRowTiles<ROUTING>::template Of, CWG>,
+    : std::conditional_t<LOOP != 0, WgmmaTiles<WM, BN, STAGES, BLOCK_K, GroupedRowTiles<ROUTING>::template Of, CWG>,
                          GroupedRows<ROUTING, WgmmaTile<WM, BN, STAGES, BLOCK_K, CWG>, SPLIT_K>> {
-  static_assert(CWG == 4 || SPLIT_K == 1, "the K split is for the one-CTA (4-warpgroup) tile");
+  static_assert(CWG == 4 || LOOP, "2 consumer warpgroups always loop");
+  static_assert(!LOOP || SPLIT_K == 1, "the K split is for the one-CTA tile");
 };
 
 }  // namespace chord

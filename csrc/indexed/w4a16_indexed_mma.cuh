@@ -80,10 +80,12 @@ struct IndexedMma : IndexedRows<MmaTile<NT, TT, STAGE_K, STAGES, kIndexedBlockK>
 template <int WM, int BN, int STAGES, int CWG>
 struct IndexedWgmmaStreamK : WgmmaStreamK<WM, BN, STAGES, kIndexedBlockK, IndexedRowTiles, CWG> {};
 
-// 2 consumer warpgroups: whole tiles on at most one CTA an SM; 4 (no registers for the loop):
-// one CTA per tile.
-template <int WM, int BN, int STAGES, int CWG>
-struct IndexedWgmma : std::conditional_t<CWG == 2, WgmmaTiles<WM, BN, STAGES, kIndexedBlockK, IndexedRowTiles, CWG>,
-                                         IndexedRows<WgmmaTile<WM, BN, STAGES, kIndexedBlockK, CWG>>> {};
+// LOOP (always with 2 consumer warpgroups): whole tiles on at most one CTA an SM; else (4) one CTA
+// per tile.
+template <int WM, int BN, int STAGES, int CWG, int LOOP = (CWG == 2)>
+struct IndexedWgmma : std::conditional_t<LOOP != 0, WgmmaTiles<WM, BN, STAGES, kIndexedBlockK, IndexedRowTiles, CWG>,
+                                         IndexedRows<WgmmaTile<WM, BN, STAGES, kIndexedBlockK, CWG>>> {
+  static_assert(CWG == 4 || LOOP, "2 consumer warpgroups always loop");
+};
 
 }  // namespace chord

@@ -316,30 +316,33 @@ def test_split_k_cluster(shape, routing_name, expected_m, tile_family, monkeypat
 
 
 @pytest.mark.parametrize("routing_name", ["contiguous_offsets", "masked"])
-@pytest.mark.parametrize("shape,busy", [("ep32_gate_up", (12, 9)), ("ep32_down", (5, 2))])
-def test_tile_loop_split_tail(shape, busy, routing_name, tile_family, monkeypatch):
+@pytest.mark.parametrize("shape,busy,rows", [("ep32_gate_up", (12, 9), 85), ("ep32_down", (5, 2), 85),
+                                             ("ep8_gate_up", (24, 20), 24)])
+def test_tile_loop_split_tail(shape, busy, rows, routing_name, tile_family, monkeypatch):
     """The tile loop's split tail (csrc/common/tail_split.cuh): with a last wave at most half
-    full, its tiles cut along K over several CTAs and added up through the workspace. 85 rows on
-    each of `busy` experts (the rest empty): EP32 T=128's 96-row tiles, 192 gate_up tiles on 132
-    SMs in two pieces each, 144 in four; 140 and 56 down tiles in two; graph replays switch
-    between the two counts (the split is decided on the device). The reference, the same bits run
-    to run, untouched padding and rows past the counts, locks and counters left zero."""
+    full, its tiles cut along K over several CTAs and added up through the workspace. `rows` rows
+    on each of `busy` experts (the rest empty). 85: EP32 T=128's 96-row tiles, 192 gate_up tiles on
+    132 SMs in two pieces each, 144 in four; 140 and 56 down tiles in two. 24: the 4-warpgroup
+    512 x 32 tile on the loop, 192 tiles in two pieces, 160 in four. Graph replays switch between
+    the two counts (the split is decided on the device). The reference, the same bits run to run,
+    untouched padding and rows past the counts, locks and counters left zero."""
     from chord_kernels import ops, wave_model
 
     if tile_family != "auto":
         pytest.skip("the split tail is the tile loop's")
     monkeypatch.setattr(ops, "_grouped_plans", {})  # this test's plan alone
-    bufs = FormBuffers(routing_name, EP32_GATE_UP if shape == "ep32_gate_up" else SHAPES[shape], 96, 85, seed=13)
+    bufs = FormBuffers(routing_name, EP32_GATE_UP if shape == "ep32_gate_up" else SHAPES[shape], -(-rows // 32) * 32,
+                       rows, seed=13)
 
     def busy_counts(experts_busy):
         counts = torch.zeros(bufs.e, dtype=torch.int64)
-        counts[:experts_busy] = 85
+        counts[:experts_busy] = rows
         return counts
 
     bufs.set_counts(busy_counts(busy[0]))
     graph = bufs.capture()
     _, launch, grid = next(iter(ops._grouped_plans.values()))[:3]
-    assert launch.tile_loop and launch.rows_per_cta >= 85
+    assert launch.tile_loop and launch.rows_per_cta >= rows
     n, k = bufs.packed.n, bufs.packed.k
     step = 2 if bufs.packed.block_k == 128 else 1
     splits = [wave_model.tail_split(b * -(-n // launch.cols_per_cta), grid[0], k // 64, step)[1] for b in busy]

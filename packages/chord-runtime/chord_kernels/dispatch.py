@@ -315,13 +315,13 @@ def wgmma_uses_tma(block_k: int, whole_blocks: bool = True) -> bool:
 
 
 def wgmma_launch(family: str, header: str, body: str, template_args: tuple, wm: int, bn: int, stages: int,
-                 arch: str, cwg: int = 2, split_k: int = 1, whole_blocks: bool = True) -> Launch:
+                 arch: str, cwg: int = 2, split_k: int = 1, whole_blocks: bool = True, loop: bool = False) -> Launch:
     """A wgmma tile (csrc/common/w4a16_wgmma_tile.cuh) launch: a producer warpgroup and ``cwg``
     consumer warpgroups x ``wm`` m64 weight tiles, ``bn`` rows on WGMMA-N; one CTA per SM (its
     ring fills shared memory; with 2 consumer warpgroups they take 216 registers a thread, 200 on
-    the stream-K schedule; with 4, 104 and 96). With 2 consumer warpgroups each CTA loops over
-    whole tiles (csrc/common/w4a16_wgmma_tiles.cuh), with 4 it is one CTA per tile, or with
-    ``split_k`` > 1 one cluster of ``split_k`` CTAs per tile (grid z). ``template_args`` name
+    the stream-K schedule; with 4, 104 and 96). With 2 consumer warpgroups, or 4 and ``loop``,
+    each CTA loops over whole tiles (csrc/common/w4a16_wgmma_tiles.cuh); else one CTA per tile, or
+    with ``split_k`` > 1 one cluster of ``split_k`` CTAs per tile (grid z). ``template_args`` name
     BLOCK_K where it is not the indexed layout's 64 (the grouped family)."""
     tma = wgmma_uses_tma(dict(template_args).get("BLOCK_K", BLOCK_K_BY_MODE["indexed"]), whole_blocks)
     spec = KernelSpec(family=family, header=header, body=body,
@@ -329,7 +329,7 @@ def wgmma_launch(family: str, header: str, body: str, template_args: tuple, wm: 
                       template_args=template_args, threads=wgmma_threads(cwg), min_blocks_per_sm=1, arch=arch,
                       cluster_z=split_k)
     return Launch(spec, rows_per_cta=bn, cols_per_cta=cwg * 64 * wm,
-                  smem_bytes=wgmma_smem_bytes(wm, bn, stages, cwg), tile_loop=cwg == 2, split_k=split_k,
+                  smem_bytes=wgmma_smem_bytes(wm, bn, stages, cwg), tile_loop=cwg == 2 or loop, split_k=split_k,
                   tensor_maps=tma)
 
 
@@ -341,10 +341,12 @@ def wgmma_streamk_launch(family: str, header: str, body: str, template_args: tup
     return replace(launch, partial_floats=2 * 128 * cwg * wm * bn // 2, iteration_k=WGMMA_STAGE_K, tile_loop=False)
 
 
-def indexed_wgmma(wm: int, bn: int, stages: int, arch: str = DEFAULT_ARCH, cwg: int = 2) -> Launch:
-    """Indexed routing on the wgmma tile, whole tiles on at most one CTA an SM."""
-    return wgmma_launch("indexed_wgmma", "indexed/w4a16_indexed_mma.cuh", "chord::IndexedWgmma",
-                        (("WM", wm), ("BN", bn), ("STAGES", stages), ("CWG", cwg)), wm, bn, stages, arch, cwg)
+def indexed_wgmma(wm: int, bn: int, stages: int, arch: str = DEFAULT_ARCH, cwg: int = 2, loop: bool = False) -> Launch:
+    """Indexed routing on the wgmma tile: whole tiles on at most one CTA an SM (2 consumer
+    warpgroups, or 4 with ``loop``), else one CTA per tile."""
+    targs = (("WM", wm), ("BN", bn), ("STAGES", stages), ("CWG", cwg)) + ((("LOOP", 1),) if loop and cwg == 4 else ())
+    return wgmma_launch("indexed_wgmma", "indexed/w4a16_indexed_mma.cuh", "chord::IndexedWgmma", targs, wm, bn,
+                        stages, arch, cwg, loop=loop)
 
 
 def indexed_wgmma_streamk(wm: int, bn: int, stages: int, arch: str = DEFAULT_ARCH, cwg: int = 2) -> Launch:
@@ -610,15 +612,18 @@ def grouped_tile_row_choices(routing: str) -> tuple[int, ...]:
 
 
 def grouped_wgmma(routing: str, wm: int, bn: int, stages: int, block_k: int, arch: str = DEFAULT_ARCH,
-                  cwg: int = 2, split_k: int = 1) -> Launch:
+                  cwg: int = 2, split_k: int = 1, loop: bool = False) -> Launch:
     """Grouped routing on the wgmma tile (the indexed family's tile, same launch shape); the
-    one-CTA (4-warpgroup) tile optionally split over K by a cluster of ``split_k`` CTAs."""
-    if split_k != 1 and (cwg != 4 or split_k not in SPLIT_K_CHOICES):
-        raise ValueError(f"split_k={split_k}: the K split is {SPLIT_K_CHOICES} CTAs of the 4-warpgroup tile")
+    4-warpgroup tile one CTA a tile (optionally split over K by a cluster of ``split_k`` CTAs)
+    or, with ``loop``, on the tile loop."""
+    if split_k != 1 and (cwg != 4 or loop or split_k not in SPLIT_K_CHOICES):
+        raise ValueError(f"split_k={split_k}: the K split is {SPLIT_K_CHOICES} CTAs of the one-CTA 4-warpgroup tile")
     targs = (("ROUTING", GROUPED_ROUTINGS[routing]), ("WM", wm), ("BN", bn), ("STAGES", stages),
-             ("BLOCK_K", block_k), ("CWG", cwg)) + ((("SPLIT_K", split_k),) if split_k > 1 else ())
+             ("BLOCK_K", block_k), ("CWG", cwg))
+    if split_k > 1 or (loop and cwg == 4):  # template arguments are positional: SPLIT_K comes before LOOP
+        targs += (("SPLIT_K", split_k),) + ((("LOOP", 1),) if loop and cwg == 4 else ())
     return wgmma_launch("grouped_wgmma", "grouped/w4a16_grouped_mma.cuh", "chord::GroupedWgmma", targs, wm, bn,
-                        stages, arch, cwg, split_k)
+                        stages, arch, cwg, split_k, loop=loop)
 
 
 def grouped_wgmma_streamk(routing: str, wm: int, bn: int, stages: int, block_k: int,
@@ -638,19 +643,14 @@ def grouped_mma_streamk(routing: str, nt: int, tt: int, stage_k: int, block_k: i
                           nt, tt, stage_k, stages, arch)
 
 
-# The K split of the one-CTA tile (grouped-kernels.md v10): CTAs a tile, chosen by a wave model
-# where it was measured to pay. Clusters of 4 were slower than 2 at 10 of 11 points measured.
+# The K split of the one-CTA 4-warpgroup tile over a cluster (grouped-kernels.md v10): since the
+# 4-warpgroup tile runs on the tile loop, whose split tail covers a short last wave, only
+# CHORD_GROUPED_SPLIT_K picks it (the loop measured 4-12 % faster than the auto split at EP16
+# T=64 gate_up, v23). Clusters of 4 were slower than 2 at 10 of 11 points measured.
 SPLIT_K_CHOICES = (1, 2)
 SPLIT_K_MIN_STAGES = 8  # K stages (64 columns) a CTA at least (what the kernel is tested with)
-# The dispatch splits only deep K (gate_up, K 7168 = 112 stages): on K 2048 the split lost at
-# every point (EP32 T=64 down 75 -> 100 µs), ...
-SPLIT_K_AUTO_MIN_STAGES = 64
-# ... and only tiles that hold a stage's weight words in registers (the 512 x 32 tile): the 512 x
-# 56 tile lost where the wave model promised most (EP16 T=128 gate_up 224 -> 234 µs, predicted
-# ~175): the split doubles the over-allocated grid's empty CTAs, which the unsplit partial last
-# wave used to hide (ncu, v10).
-# A CTA's cost beyond its K stages, in stages (~0.8-1 µs each): the ring's fill, the partials'
-# exchange through distributed shared memory, the epilogue; fitted on EP16 T=64 gate_up (v10).
+# A tile's cost beyond its K stages, in stages (~0.8-1 µs each): the ring's fill and the
+# epilogue (with a K split, also the partials' exchange); fitted on EP16 T=64 gate_up (v10).
 SPLIT_K_FIXED_STAGES = 8
 
 
@@ -666,16 +666,18 @@ def split_k_choices(k: int, block_k: int) -> tuple[int, ...]:
 def grouped_launch(routing: str, n: int, k: int, rows: int, block_k: int, arch: str = DEFAULT_ARCH,
                    split_k: int = 1) -> Launch:
     """The grouped kernel for a tile of ``rows`` (grouped_tile_rows), by the indexed family's
-    rules (mid_batch_family, then auto_tile_family) and shapes; ``split_k`` CTAs a tile where it
-    is the one-CTA tile (grouped_split_k)."""
+    rules (mid_batch_family, then auto_tile_family) and shapes. The wgmma tile runs on the tile
+    loop (2 or 4 consumer warpgroups, grouped-kernels.md v7 and v23), or with ``split_k`` > 1 one
+    CTA per tile, a cluster of ``split_k`` per tile (the 4-warpgroup tile, grouped_split_k)."""
     # 17-32-row tiles on the 4-warpgroup tile: EP8 T=128 contiguous 526 -> 456 µs, masked
     # 754 -> 595 (docs/design/grouped-kernels.md v4).
     family = mid_batch_family(rows, n, k) or auto_tile_family(rows, k)
     if family == "wgmma":
         cfg = grouped_wgmma_shape(n, rows, block_k)
-        return grouped_wgmma(routing, cfg["WM"], cfg["BN"], cfg["STAGES"], block_k, arch, cfg["CWG"], split_k)
+        return grouped_wgmma(routing, cfg["WM"], cfg["BN"], cfg["STAGES"], block_k, arch, cfg["CWG"], split_k,
+                             loop=split_k == 1)
     if split_k != 1:
-        raise ValueError(f"split_k={split_k}: only the one-CTA wgmma tile splits K ({rows}-row tiles run {family})")
+        raise ValueError(f"split_k={split_k}: only the 4-warpgroup wgmma tile splits K ({rows}-row tiles run {family})")
     if family == "wgmma_sk":
         # At most 64 rows a tile: with 128, the offsets/masked producer (its warp scan for the tile
         # plus two row tiles' indices) spilled. Short K only; no Kimi EP shape reaches it.
@@ -690,27 +692,21 @@ def grouped_launch(routing: str, n: int, k: int, rows: int, block_k: int, arch: 
 
 
 def splits_k(launch: Launch) -> bool:
-    """The one-CTA tile: the launches a K split applies to (CHORD_GROUPED_SPLIT_K may force it)."""
+    """The 4-warpgroup tile: the launches CHORD_GROUPED_SPLIT_K may run as one-CTA clusters."""
     return launch.spec.family == "grouped_wgmma" and launch.spec.config["CWG"] == 4
 
 
-def auto_splits_k(launch: Launch, k: int) -> bool:
-    """Where the dispatch itself considers a split: deep K, no per-step operand loads."""
-    return (splits_k(launch) and k // WGMMA_STAGE_K >= SPLIT_K_AUTO_MIN_STAGES
-            and not wgmma_loads_operands_per_step(launch.spec.config))
-
-
-def grouped_split_choices(problem: GroupedProblem, launch: Launch, override: str = "auto") -> tuple[int, ...]:
-    """The K splits select_grouped weighs for ``launch`` (unsplit): the CHORD_GROUPED_SPLIT_K
-    override alone (any split the kernel and K allow), else every allowed split where the
-    dispatch itself splits (auto_splits_k), else none."""
+def grouped_split_k(problem: GroupedProblem, launch: Launch, override: str = "auto") -> int:
+    """CTAs a tile for ``launch`` (unsplit): the CHORD_GROUPED_SPLIT_K override (any split the
+    kernel and K allow), else 1 (the tile loop's split tail, decided on the device, replaced the
+    dispatch's own K split: grouped-kernels.md v23)."""
     choices = split_k_choices(problem.k, problem.block_k) if splits_k(launch) else (1,)
-    if override not in ("", "auto"):
-        if not override.isdigit() or int(override) not in choices:
-            raise ValueError(f"CHORD_GROUPED_SPLIT_K={override!r}: {launch.spec.describe()} on K={problem.k} takes "
-                             f"auto or one of {', '.join(map(str, choices))}")
-        return (int(override),)
-    return choices if auto_splits_k(launch, problem.k) else (1,)
+    if override in ("", "auto"):
+        return 1
+    if not override.isdigit() or int(override) not in choices:
+        raise ValueError(f"CHORD_GROUPED_SPLIT_K={override!r}: {launch.spec.describe()} on K={problem.k} takes "
+                         f"auto or one of {', '.join(map(str, choices))}")
+    return int(override)
 
 
 def grouped_launch_cost(problem: GroupedProblem, rows: int, launch: Launch, split: int, sms: int) -> float:
@@ -736,15 +732,6 @@ def grouped_launch_cost(problem: GroupedProblem, rows: int, launch: Launch, spli
     return waves * per_tile
 
 
-def grouped_split_k(problem: GroupedProblem, launch: Launch, sms: int, override: str = "auto") -> int:
-    """CTAs a tile for ``launch`` (unsplit): the least grouped_launch_cost over
-    grouped_split_choices (ties to the smaller split)."""
-    choices = grouped_split_choices(problem, launch, override)
-    if len(choices) == 1:
-        return choices[0]
-    return min(choices, key=lambda s: (grouped_launch_cost(problem, launch.rows_per_cta, launch, s, sms), s))
-
-
 def grouped_row_candidates(problem: GroupedProblem) -> tuple[int, ...]:
     """Tile heights select_grouped weighs: grouped_tile_rows, and for the offsets and masked forms
     (tiles cut on the device, any height) past 32 rows every larger prefill block too, so a
@@ -759,14 +746,13 @@ def grouped_row_candidates(problem: GroupedProblem) -> tuple[int, ...]:
 def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int = H200_SMS,
                    split_override: str = "auto") -> Launch:
     """Grouped dispatch owns its layout search: no block_m or tuning overrides (by design). The
-    tile height and the one-CTA tile's K split come from one wave model (grouped_launch_cost):
-    a taller tile than grouped_tile_rows wins only by more than PREFILL_TOLERANCE (near-ties
-    keep the shorter tile: at ~85 rows on 48 experts 128 comes within 2 % of 96, which measured
-    3-7 % faster, indexed v18). The K split takes CHORD_GROUPED_SPLIT_K (``split_override``) for
-    experiments.
+    tile height comes from a wave model (grouped_launch_cost): a taller tile than
+    grouped_tile_rows wins only by more than PREFILL_TOLERANCE (near-ties keep the shorter tile:
+    at ~85 rows on 48 experts 128 comes within 2 % of 96, which measured 3-7 % faster, indexed
+    v18). A one-CTA K split only by CHORD_GROUPED_SPLIT_K (``split_override``), for experiments.
 
-    A taller tile may be another kind of tile (the 256 x 64 tile loop in place of the 512 x 56
-    one-CTA tile at 33-46 expected rows on the offsets form). From v16 to v19 only the same kind
+    A taller tile may be another kind of tile (the 256 x 64 tile in place of the 512 x 56 tile at
+    33-46 expected rows on the offsets form). From v16 to v19 only the same kind
     competed: the loop's short last wave lost 12 % to the one-CTA tile under a skewed router on
     two routing draws of three. Since the loop splits its last wave along K (v19) it measured
     17-27 % faster at 7 of 8 such points over two routing draws, 6 % slower at one
@@ -776,7 +762,7 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
     best, weighed = None, []
     for rows in grouped_row_candidates(problem):
         launch = grouped_launch(problem.routing, problem.n, problem.k, rows, problem.block_k, arch)
-        split = grouped_split_k(problem, launch, sms, split_override)
+        split = grouped_split_k(problem, launch, split_override)
         cost = grouped_launch_cost(problem, rows, launch, split, sms)
         weighed.append(f"{rows} rows x{split}: {cost / (best or (cost,))[0]:.3f}")
         if best is None or cost < (1 - PREFILL_TOLERANCE) * best[0]:
