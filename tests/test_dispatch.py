@@ -70,24 +70,30 @@ def test_short_k_prefill_is_the_wgmma_tile_on_the_stream_k_schedule(block_m, bn)
         assert odd.spec.family == "indexed_wgmma_sk" and odd.spec.config == {"WM": 2, "BN": rows, "STAGES": 8, "CWG": 2}
         # on deep K one CTA per tile with 4 consumer warpgroups: the 512 x 56 tile (v14)
         deep = dispatch.select_indexed(IndexedProblem(512, 7168, 384, 8, rows))
-        assert deep.spec.family == "indexed_wgmma" and deep.spec.config == {"WM": 2, "BN": rows, "STAGES": 8, "CWG": 4}
+        assert deep.spec.family == "indexed_wgmma" and deep.spec.config == {"WM": 2, "BN": rows, "STAGES": 8, "CWG": 4,
+                                                                            "LOOP": 1}
+        assert deep.tile_loop  # on the tile loop since v34
         assert deep.cols_per_cta == 512 and deep.smem_bytes <= 227 * 1024
 
 
 def test_mid_batch_blocks():
     """Blocks of 8 rows stay on the stream-K mma kernel under ``auto``; 16-32 rows on deep K and
-    N >= 512 take the 512-row wgmma tile with 4 consumer warpgroups on the stream-K schedule (v26
-    for 17-32 rows, v28 for 16), short K the stream-K mma kernel; the family override runs every
-    block on the one-CTA wgmma tile with N = 16 or 32."""
+    N >= 512 take the 512-row wgmma tile with 4 consumer warpgroups: 16 rows on the stream-K
+    schedule (v28), 17-32 on the tile loop (v34); short K the stream-K mma kernel; the family
+    override runs every block on the wgmma tile loop with N = 16 or 32."""
     for block_m, bn in ((8, 16), (16, 16), (24, 32), (32, 32)):
         problem = IndexedProblem(4096, 7168, 48, 8, block_m)
         launch = dispatch.select_indexed(problem)
         if block_m <= 8:
             assert launch.spec.family == "indexed_mma_sk"
-        else:
+        elif block_m <= dispatch.MID_BATCH_STREAMK_MAX_ROWS:
             assert launch.spec.family == "indexed_wgmma_sk" and launch.spec.config == {"WM": 2, "BN": bn,
                                                                                      "STAGES": 8, "CWG": 4}
             assert launch.spec.threads == 640 and launch.cols_per_cta == 512
+        else:
+            assert launch.spec.family == "indexed_wgmma" and launch.spec.config == {"WM": 2, "BN": bn, "STAGES": 8,
+                                                                                  "CWG": 4, "LOOP": 1}
+            assert launch.spec.threads == 640 and launch.cols_per_cta == 512 and launch.tile_loop
         launch = dispatch.select_indexed(problem, family="wgmma")
         assert launch.spec.config["BN"] == bn and launch.rows_per_cta == bn and launch.ctas_per_block(problem) == 1
     # TP8 gate_up (N 512) takes it too; TP8 down (short K) and N under 512 keep the mma kernel.
@@ -221,7 +227,7 @@ def test_print_configs_reports_each_choice_once(monkeypatch, capsys):
     dispatch.select_indexed(problem)
     dispatch.select_indexed(problem)
     err = capsys.readouterr().err
-    assert err.count("[chord] IndexedProblem(n=1024, k=2048") == 1 and "indexed_wgmma_sk[WM=2, BN=32, STAGES=8, CWG=4]" in err
+    assert err.count("[chord] IndexedProblem(n=1024, k=2048") == 1 and "indexed_wgmma[WM=2, BN=32, STAGES=8, CWG=4, LOOP=1]" in err
 
 
 def test_profiles_cover_the_heuristic():
@@ -233,9 +239,10 @@ def test_profiles_cover_the_heuristic():
     symbols = {s.symbol for s in all_default_specs()}
     assert {"chord_indexed_mma_NT4_TT8_STAGE_K128_STAGES3", "chord_indexed_mma_sk_NT2_TT1_STAGE_K256_STAGES3",
             "chord_indexed_simple_BLOCK_K64", "chord_indexed_wgmma_WM2_BN128_STAGES6_CWG2",
-            "chord_indexed_wgmma_WM2_BN64_STAGES6_CWG2", "chord_indexed_wgmma_WM2_BN32_STAGES8_CWG4"} <= symbols
+            "chord_indexed_wgmma_WM2_BN64_STAGES6_CWG2", "chord_indexed_wgmma_WM2_BN32_STAGES8_CWG4_LOOP1"} <= symbols
     ep8 = {s.symbol for s in profile_specs("h200_ep8")}
-    assert "chord_indexed_wgmma_WM2_BN128_STAGES6_CWG2" in ep8 and "chord_indexed_wgmma_sk_WM2_BN32_STAGES8_CWG4" in ep8
+    assert {"chord_indexed_wgmma_WM2_BN128_STAGES6_CWG2", "chord_indexed_wgmma_WM2_BN32_STAGES8_CWG4_LOOP1",
+            "chord_indexed_wgmma_sk_WM2_BN16_STAGES8_CWG4"} <= ep8
 
 
 def test_non_sm90_gpu_is_a_clear_error(monkeypatch):
@@ -357,6 +364,12 @@ def test_split_k_only_on_the_4_warpgroup_tile():
     # the 512 x 56 tile (per-step operand loads) loops too
     bn56 = dispatch.select_grouped(GroupedProblem("contiguous_offsets", 4096, 7168, 12, 40, 64))
     assert bn56.spec.config["BN"] == 56 and bn56.spec.config["CWG"] == 4 and bn56.split_k == 1 and bn56.tile_loop
+    # a forced split weighs only the heights that can split: at 45 rows on 48 experts the wave
+    # model's 256 x 64 tile (2 warpgroups) cannot, so the 512 x 56 tile runs split
+    offsets45 = GroupedProblem("contiguous_offsets", 4096, 7168, 48, 45, 64)
+    assert dispatch.select_grouped(offsets45).spec.config["CWG"] == 2
+    forced = dispatch.select_grouped(offsets45, split_override="2")
+    assert forced.split_k == 2 and forced.spec.config["BN"] == 56 and forced.spec.config["CWG"] == 4
     # the masked form runs 2 consumer warpgroups there (v9): no one-CTA variant to split
     masked = GroupedProblem("masked", 4096, 7168, 24, 43, 128)
     assert dispatch.select_grouped(masked).split_k == 1

@@ -57,6 +57,11 @@ STREAMK_MAX_BLOCK_M = 32
 # Blocks of 56 take the same tile on deep K through wgmma_shape (v14).
 # (lowest rows, highest rows, lowest N) per family
 MID_BATCH_TILES = {"grouped": (17, 32, 2048), "indexed": (9, 32, 512)}
+# Indexed mid-batch blocks up to this many rows (the 512 x 16 tile) stay on the stream-K schedule;
+# 17-32 rows run the 512 x 32 tile on the tile loop with its split tail (indexed-kernels.md v34,
+# ncu at base clock: EP8 T=128 gate_up -4 / -6 % skewed, down -6 / -8 %; the 512 x 16 tile on the
+# loop was mixed, TP8 T=512 skewed gate_up +6 %, EP8 T=64 down -3 %).
+MID_BATCH_STREAMK_MAX_ROWS = 16
 
 
 def indexed_block_m(valid_shape_m: int, num_experts: int) -> int:
@@ -486,8 +491,10 @@ def choose_indexed_wgmma_streamk(problem: IndexedProblem, arch: str = DEFAULT_AR
 
 
 def choose_indexed_wgmma(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
+    """The wgmma tile on the tile loop, 2 or 4 consumer warpgroups (the 4-warpgroup tiles since
+    v34: TP8 T=2048 gate_up, 512 x 56, -2.5 % and -2.8 % skewed against one CTA per tile)."""
     cfg = apply_tuning(wgmma_shape(problem.n, problem.block_m), problem.k, tuning)
-    return indexed_wgmma(cfg["WM"], cfg["BN"], cfg["STAGES"], arch=arch, cwg=cfg["CWG"])
+    return indexed_wgmma(cfg["WM"], cfg["BN"], cfg["STAGES"], arch=arch, cwg=cfg["CWG"], loop=True)
 
 
 def indexed_family() -> str:
@@ -515,7 +522,8 @@ def resolve_indexed_family(problem: IndexedProblem, family: str = "auto") -> str
     if family != "auto":
         return family
     if is_mid_batch_tile(problem.block_m, problem.n, problem.k, "indexed"):
-        return "wgmma_sk"  # the 512-row tile on the stream-K schedule (MID_BATCH_TILES)
+        # the 512-row tile (MID_BATCH_TILES): on the stream-K schedule, or on the tile loop
+        return "wgmma_sk" if problem.block_m <= MID_BATCH_STREAMK_MAX_ROWS else "wgmma"
     return auto_tile_family(problem.block_m, problem.k)
 
 
@@ -760,8 +768,13 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
     if problem.routing not in GROUPED_ROUTINGS:
         raise ValueError(f"unknown grouped routing {problem.routing!r}")
     best, weighed = None, []
-    for rows in grouped_row_candidates(problem):
-        launch = grouped_launch(problem.routing, problem.n, problem.k, rows, problem.block_k, arch)
+    candidates = [(rows, grouped_launch(problem.routing, problem.n, problem.k, rows, problem.block_k, arch))
+                  for rows in grouped_row_candidates(problem)]
+    if split_override not in ("", "auto"):
+        # A forced split weighs only the heights whose kernel splits (the 4-warpgroup tile); with
+        # none, grouped_split_k names the kernel that cannot.
+        candidates = [c for c in candidates if splits_k(c[1])] or candidates[:1]
+    for rows, launch in candidates:
         split = grouped_split_k(problem, launch, split_override)
         cost = grouped_launch_cost(problem, rows, launch, split, sms)
         weighed.append(f"{rows} rows x{split}: {cost / (best or (cost,))[0]:.3f}")
