@@ -34,7 +34,8 @@ DECODE_BLOCK_M_CHOICES = (8, 16, 32)
 PREFILL_BLOCK_M_CHOICES = (56, 64, 96, 128)
 INDEXED_BLOCK_M_CHOICES = DECODE_BLOCK_M_CHOICES + PREFILL_BLOCK_M_CHOICES
 # The wgmma tile takes routing blocks past the stream-K mma range (33+ rows: the prefill blocks,
-# 56 and up; auto_tile_family). On deep K one CTA per tile (v6 sweep, H200: from K=2048 it beats
+# 56 and up; auto_tile_family). On deep K whole tiles (one CTA per tile, since v16 claimed by
+# at most the resident CTAs: the tile loop; v6 sweep, H200: from K=2048 it beats
 # the mma tile, 1418 vs 1744 µs at EP8 down T=2048; v10: it also beats its own stream-K schedule
 # there, 6187 vs 8924 µs at EP8 gate_up T=8192). On short K (TP8 down, K=256: 4 stages a tile)
 # pipeline fill dominates a one-CTA tile, and the stream-K schedule's ring across tiles wins
@@ -46,14 +47,15 @@ WGMMA_MIN_K = 1024
 # point with blocks of 8-32 rows; 2x slower with 128-row blocks, which belong to the wgmma tile).
 STREAMK_MAX_BLOCK_M = 32
 # Mid batch on deep K: the wgmma tile with 4 consumer warpgroups and 512 weight rows per CTA.
-# Grouped (one CTA per tile): tiles of 17-32 rows on N >= 2048 (v13, H200, EP8 T=128, sum of
-# gate_up and down: 523 -> 475 µs against the stream-K mma tile, skewed 561 -> 550; one CTA per
-# 16-row tile lost, 269 -> 345 at EP8 T=64 gate_up). On the grouped routings the stream-K schedule
-# of the same tile lost (grouped-kernels.md v14: masked EP8 T=128 461 -> 637 µs, offsets 434 ->
-# 454). Indexed (the stream-K schedule): blocks of 17-32 rows (v26, same-run sweeps: equal to
-# 2.5 % slower where the tiles fill their waves, EP8 T=128; 3-6 % faster where they do not,
-# skewed T=128-512) and, since v28, 16-row blocks (the 512 x 16 tile: EP8 T=64 432 -> 407 µs,
-# skewed 412 -> 390; TP8 T=512 458 -> 443, skewed 510 -> 497, its gate_up at N 512 -5 %).
+# Grouped (whole tiles, on the tile loop since grouped v23): tiles of 17-32 rows on N >= 2048
+# (v13, H200, EP8 T=128, sum of gate_up and down: 523 -> 475 µs against the stream-K mma tile,
+# skewed 561 -> 550; one CTA per 16-row tile lost, 269 -> 345 at EP8 T=64 gate_up). On the grouped
+# routings the stream-K schedule of the same tile lost (grouped-kernels.md v14: masked EP8 T=128
+# 461 -> 637 µs, offsets 434 -> 454). Indexed: blocks of 17-32 rows (v26 on the stream-K schedule,
+# same-run sweeps: equal to 2.5 % slower where the tiles fill their waves, EP8 T=128; 3-6 % faster
+# where they do not, skewed T=128-512; on the tile loop since v34) and, since v28, 16-row blocks
+# (the 512 x 16 stream-K tile: EP8 T=64 432 -> 407 µs, skewed 412 -> 390; TP8 T=512 458 -> 443,
+# skewed 510 -> 497, its gate_up at N 512 -5 %).
 # Blocks of 56 take the same tile on deep K through wgmma_shape (v14).
 # (lowest rows, highest rows, lowest N) per family
 MID_BATCH_TILES = {"grouped": (17, 32, 2048), "indexed": (9, 32, 512)}
@@ -509,7 +511,7 @@ def auto_tile_family(rows: int, k: int) -> str:
     """The ``auto`` kernel for tiles of ``rows`` (an indexed routing block, a grouped tile) on K,
     shared by both families: the mma tile on the stream-K schedule up to 32 rows (decode, mid
     batch; the wgmma tile there measured 10-50 % slower, v10); above (the 56+-row prefill blocks)
-    the wgmma tile, one CTA per tile on deep K and on the stream-K schedule on short K. The
+    the wgmma tile, whole tiles on deep K (the tile loop) and the stream-K schedule on short K. The
     one-CTA mma tile is reached only by CHORD_W4A16_INDEXED_KERNEL=mma."""
     if rows <= STREAMK_MAX_BLOCK_M:
         return "mma_sk"
@@ -529,14 +531,14 @@ def resolve_indexed_family(problem: IndexedProblem, family: str = "auto") -> str
 
 def is_mid_batch_tile(rows: int, n: int, k: int, family: str) -> bool:
     """Mid-batch tiles on deep K and wide enough N (MID_BATCH_TILES[family]): the 512-row wgmma
-    tile with 4 consumer warpgroups (wgmma_shape), on the stream-K schedule (indexed) or one CTA
-    per tile (grouped)."""
+    tile with 4 consumer warpgroups (wgmma_shape): whole tiles on the tile loop, or for indexed
+    blocks up to MID_BATCH_STREAMK_MAX_ROWS the stream-K schedule."""
     lo, hi, min_n = MID_BATCH_TILES[family]
     return lo <= rows <= hi and k >= WGMMA_MIN_K and n >= min_n
 
 
 def mid_batch_family(rows: int, n: int, k: int) -> str | None:
-    """The grouped family's mid batch: "wgmma" (one CTA per tile) for is_mid_batch_tile, else
+    """The grouped family's mid batch: "wgmma" (the tile loop) for is_mid_batch_tile, else
     None (auto_tile_family decides)."""
     return "wgmma" if is_mid_batch_tile(rows, n, k, "grouped") else None
 
