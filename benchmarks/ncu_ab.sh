@@ -14,7 +14,9 @@
 #   e.g. bash benchmarks/ncu_ab.sh /tmp/ab grouped "--scenarios ep8 --tokens 128" old=.ab/db2a594 new=.
 #
 # Environment: ROUTING_DIR (default DIR/routing), ROUTING_SEED (0), AB_TIMEOUT (seconds a run, 100),
-# AB_INSTALL=0 to skip installing this checkout (a warm machine that has it).
+# AB_INSTALL=0 to skip installing this checkout (a warm machine that has it), AB_ENV_<LABEL> a
+# tree's own overrides for its precompile and runs (space-separated VAR=VALUE words), e.g.
+#   AB_ENV_cwg1="CHORD_W4A16_INDEXED_KERNEL=wgmma_sk CHORD_W4A16_TUNING=CWG=1" ... old=. cwg1=.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:?usage: ncu_ab.sh DIR FAMILY POINTS LABEL=TREE...}; FAMILY=${2:?family}; POINTS=${3:?points}; shift 3
@@ -25,12 +27,14 @@ LABELS=(); TREES=(); ENVS=()
 for tree in "$@"; do
   label=${tree%%=*}; path=${tree#*=}
   [[ -n $label && $label != "$tree" ]] || { echo "ncu_ab.sh: trees are LABEL=PATH, not $tree" >&2; exit 2; }
+  [[ $label =~ ^[A-Za-z0-9_]+$ ]] || { echo "ncu_ab.sh: a label is letters, digits and _, not $label" >&2; exit 2; }
   LABELS+=("$label"); TREES+=("$path")
-  if [[ $path == . ]]; then ENVS+=("")
+  extra=AB_ENV_$label; extra=${!extra:-}
+  if [[ $path == . ]]; then ENVS+=("$extra")
   else
     [[ -d $path/csrc/common && -d $path/packages/chord-runtime/chord_kernels ]] \
       || { echo "ncu_ab.sh: $path has no csrc/ or chord_kernels/" >&2; exit 2; }
-    ENVS+=("PYTHONPATH=$path/packages/chord-runtime CHORD_CSRC_DIR=$path/csrc")
+    ENVS+=("PYTHONPATH=$path/packages/chord-runtime CHORD_CSRC_DIR=$path/csrc $extra")
   fi
 done
 status() { echo "$* $(date +%s)" >> "$DIR/status"; }

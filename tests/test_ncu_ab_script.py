@@ -10,7 +10,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 STUB = """#!/usr/bin/env bash
-echo "$(basename "$0") PYTHONPATH=${PYTHONPATH:-} CHORD_CSRC_DIR=${CHORD_CSRC_DIR:-} $*" >> "$STUB_LOG"
+echo "$(basename "$0") PYTHONPATH=${PYTHONPATH:-} CHORD_CSRC_DIR=${CHORD_CSRC_DIR:-} TUNING=${CHORD_W4A16_TUNING:-} $*" >> "$STUB_LOG"
 """
 
 
@@ -21,14 +21,15 @@ def tree(root: Path, name: str) -> Path:
     return path
 
 
-def run_script(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+def run_script(tmp_path: Path, *args: str, **extra_env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     for name in ("python3", "ncu"):
         (bin_dir / name).write_text(STUB)
         (bin_dir / name).chmod(0o755)
     log = tmp_path / "calls.log"
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "STUB_LOG": str(log), "AB_INSTALL": "0"}
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "STUB_LOG": str(log), "AB_INSTALL": "0",
+           **extra_env}
     env.pop("PYTHONPATH", None)
     env.pop("CHORD_CSRC_DIR", None)
     proc = subprocess.run(["bash", str(REPO / "benchmarks" / "ncu_ab.sh"), *args], env=env, capture_output=True,
@@ -40,16 +41,20 @@ def test_abba_order_environments_routing_and_tables(tmp_path):
     old, cand = tree(tmp_path, "old"), tree(tmp_path, "cand")
     out = tmp_path / "ab"
     points = "--paths grouped_masked --scenarios ep8,ep16 --tokens 128 --dists uniform,skew"
-    proc, calls = run_script(tmp_path, str(out), "grouped", points, f"old={old}", "new=.", f"cand={cand}")
+    proc, calls = run_script(tmp_path, str(out), "grouped", points, f"old={old}", "new=.", f"cand={cand}",
+                             AB_ENV_cand="CHORD_W4A16_TUNING=CWG=1,STAGES=8")
     assert proc.returncode == 0, proc.stderr
     routing = [c for c in calls if "benchmarks.make_routing" in c]
     assert len(routing) == 1 and "--scenarios ep8,ep16 --tokens 128 --dists uniform,skew --seed 0" in routing[0]
     assert "--paths" not in routing[0]
-    assert sum("benchmarks.precompile_points" in c for c in calls) == 3
+    precompiles = [c for c in calls if "benchmarks.precompile_points" in c]
+    assert len(precompiles) == 3 and sum("TUNING=CWG=1,STAGES=8 " in c for c in precompiles) == 1
     runs = [c for c in calls if c.startswith("ncu ")]
     labels = [c.split("--log-file ")[1].split()[0].rsplit("ncu_grouped_", 1)[1].removesuffix(".csv") for c in runs]
     assert labels == ["old", "new", "cand", "cand2", "new2", "old2"]
     for call, label in zip(runs, labels, strict=True):
+        # only the candidate's AB_ENV_cand overrides reach its runs
+        assert ("TUNING=CWG=1,STAGES=8 " in call) == label.startswith("cand")
         if label.startswith("new"):  # this checkout: no overrides
             assert "PYTHONPATH= CHORD_CSRC_DIR= " in call
         else:
@@ -66,6 +71,7 @@ def test_abba_order_environments_routing_and_tables(tmp_path):
     (("grouped", "--tokens 1", "old=."), "two trees at least"),
     (("mma", "--tokens 1", "old=.", "new=."), "family grouped or indexed"),
     (("grouped", "--tokens 1", "old=.", "nolabel"), "LABEL=PATH"),
+    (("grouped", "--tokens 1", "old=.", "new-1=."), "letters, digits and _"),
     (("grouped", "--tokens 1", "old=.", "new=/nonexistent"), "no csrc/"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, message):
