@@ -175,8 +175,9 @@ struct GroupedMmaStreamK
 template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K>
 struct GroupedWgmmaStreamK : WgmmaStreamK<WM, BN, STAGES, BLOCK_K, GroupedRowTiles<ROUTING>::template Of> {};
 
-// LOOP (always with 2 consumer warpgroups): whole tiles on at most one CTA an SM; else (4) one CTA
-// per tile, or with SPLIT_K > 1 one cluster of SPLIT_K CTAs per tile.
+// LOOP: whole tiles claimed by at most one CTA an SM (always with 2 consumer warpgroups; with 4
+// unless split, v23); LOOP 0 (4 only): one CTA per tile, with SPLIT_K > 1 one cluster of SPLIT_K
+// CTAs per tile (CHORD_GROUPED_SPLIT_K).
 template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K, int CWG, int SPLIT_K = 1, int LOOP = (CWG == 2)>
 struct GroupedWgmma
     : std::conditional_t<LOOP != 0, WgmmaTiles<WM, BN, STAGES, BLOCK_K, GroupedRowTiles<ROUTING>::template Of, CWG>,

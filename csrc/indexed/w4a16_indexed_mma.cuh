@@ -80,8 +80,9 @@ struct IndexedMma : IndexedRows<MmaTile<NT, TT, STAGE_K, STAGES, kIndexedBlockK>
 template <int WM, int BN, int STAGES, int CWG>
 struct IndexedWgmmaStreamK : WgmmaStreamK<WM, BN, STAGES, kIndexedBlockK, IndexedRowTiles, CWG> {};
 
-// LOOP (always with 2 consumer warpgroups): whole tiles on at most one CTA an SM; else (4) one CTA
-// per tile.
+// LOOP: whole tiles claimed by at most one CTA an SM (always with 2 consumer warpgroups; the
+// dispatch's choice with 4 since v34); LOOP 0 (4 only): one CTA per tile, reached only by
+// dispatch.indexed_wgmma(..., loop=False) for experiments.
 template <int WM, int BN, int STAGES, int CWG, int LOOP = (CWG == 2)>
 struct IndexedWgmma : std::conditional_t<LOOP != 0, WgmmaTiles<WM, BN, STAGES, kIndexedBlockK, IndexedRowTiles, CWG>,
                                          IndexedRows<WgmmaTile<WM, BN, STAGES, kIndexedBlockK, CWG>>> {
