@@ -348,10 +348,16 @@ def wgmma_streamk_launch(family: str, header: str, body: str, template_args: tup
     return replace(launch, partial_floats=2 * 128 * cwg * wm * bn // 2, iteration_k=WGMMA_STAGE_K, tile_loop=False)
 
 
+def loop_targs(loop: bool, cwg: int) -> tuple:
+    """The LOOP template argument: named only where it differs from the kernel's default (2
+    consumer warpgroups always loop), so those kernels keep their symbols."""
+    return (("LOOP", 1),) if loop and cwg == 4 else ()
+
+
 def indexed_wgmma(wm: int, bn: int, stages: int, arch: str = DEFAULT_ARCH, cwg: int = 2, loop: bool = False) -> Launch:
     """Indexed routing on the wgmma tile: whole tiles on at most one CTA an SM (2 consumer
     warpgroups, or 4 with ``loop``), else one CTA per tile."""
-    targs = (("WM", wm), ("BN", bn), ("STAGES", stages), ("CWG", cwg)) + ((("LOOP", 1),) if loop and cwg == 4 else ())
+    targs = (("WM", wm), ("BN", bn), ("STAGES", stages), ("CWG", cwg)) + loop_targs(loop, cwg)
     return wgmma_launch("indexed_wgmma", "indexed/w4a16_indexed_mma.cuh", "chord::IndexedWgmma", targs, wm, bn,
                         stages, arch, cwg, loop=loop)
 
@@ -630,8 +636,8 @@ def grouped_wgmma(routing: str, wm: int, bn: int, stages: int, block_k: int, arc
         raise ValueError(f"split_k={split_k}: the K split is {SPLIT_K_CHOICES} CTAs of the one-CTA 4-warpgroup tile")
     targs = (("ROUTING", GROUPED_ROUTINGS[routing]), ("WM", wm), ("BN", bn), ("STAGES", stages),
              ("BLOCK_K", block_k), ("CWG", cwg))
-    if split_k > 1 or (loop and cwg == 4):  # template arguments are positional: SPLIT_K comes before LOOP
-        targs += (("SPLIT_K", split_k),) + ((("LOOP", 1),) if loop and cwg == 4 else ())
+    if split_k > 1 or loop_targs(loop, cwg):  # template arguments are positional: SPLIT_K comes before LOOP
+        targs += (("SPLIT_K", split_k),) + loop_targs(loop, cwg)
     return wgmma_launch("grouped_wgmma", "grouped/w4a16_grouped_mma.cuh", "chord::GroupedWgmma", targs, wm, bn,
                         stages, arch, cwg, split_k, loop=loop)
 
