@@ -481,7 +481,12 @@ struct WgmmaTile {
   // accumulators a thread (the 512 x 56 tile) that leaves no room to hold the stage's weight
   // words and scales as well (ptxas serializes the wgmmas, C7512): each k step loads its own word
   // and every other step its scales from shared memory. Measured (v14) only where needed: on the
-  // other tiles the per-step loads cost 2-9 % (EP8 T=8192 sum 10361 -> 11132 µs).
+  // other tiles the per-step loads cost 2-9 % (EP8 T=8192 sum 10361 -> 11132 µs). On the tile
+  // loop (PAIRED_WORDS) one 8-byte load brings two k steps' words (one kept a step): half the
+  // loads, each as many wavefronts as a 4-byte one at the 16/32-byte lane stride; -2 to -4 % on
+  // the 512 x 56 loop (grouped-kernels.md v24).
+  // The one-CTA tile has not the two registers: ptxas serializes its wgmmas (C7512), so it keeps
+  // the word a step.
   static constexpr bool kOperandsPerStep = CWG == 4 && WM * BN > 64;  // host: dispatch.wgmma_loads_operands_per_step
   using Acc = float[WM][Mma::kAccRegs];
   using AFrag = uint32_t[2][WM][4];
@@ -490,6 +495,7 @@ struct WgmmaTile {
   // step's group left in flight while the next is dequantized. `first` starts the tile: the
   // first wgmma runs with scale-d = 0 (D = A*B). No zeroing by moves: that makes ptxas serialize
   // every wgmma once a group stays in flight across the loop's back edge (C7515).
+  template <bool PAIRED_WORDS = false>
   __device__ __forceinline__ static void mma_stage(Smem& sm, int slot, Acc& acc, AFrag& afrag, bool first) {
     const int cwarp = threadIdx.x / 32 - kProducerThreads / 32, lane = threadIdx.x % 32;
     const int cwg = cwarp / 4, wi = cwarp % 4;  // consumer warpgroup, warp within it
@@ -510,6 +516,7 @@ struct WgmmaTile {
       }
     }
     const uint64_t desc = sw128_kmajor_desc(sm.act[slot]);
+    uint2 word_pair[WM];  // PAIRED_WORDS: k steps 2j and 2j + 1
 #pragma unroll
     for (int kt = 0; kt < kStageK / kTile; ++kt) {
       const int buf = kt & 1;  // 4 k steps per stage: the parity carries across stages
@@ -517,7 +524,12 @@ struct WgmmaTile {
       for (int m = 0; m < WM; ++m) {
         uint32_t word;
         if constexpr (kOperandsPerStep) {
-          word = reinterpret_cast<const uint32_t*>(weight_chunk(sm, slot, cwarp, m, lane))[kt];
+          if constexpr (PAIRED_WORDS) {
+            if (kt % 2 == 0) word_pair[m] = reinterpret_cast<const uint2*>(weight_chunk(sm, slot, cwarp, m, lane))[kt / 2];
+            word = kt % 2 == 0 ? word_pair[m].x : word_pair[m].y;
+          } else {
+            word = reinterpret_cast<const uint32_t*>(weight_chunk(sm, slot, cwarp, m, lane))[kt];
+          }
           if (kt % 2 == 0) load_scales(m, kt / 2);  // a scale group is 32 columns: two k steps
         } else {
           word = kt == 0 ? w[m].x : kt == 1 ? w[m].y : kt == 2 ? w[m].z : w[m].w;

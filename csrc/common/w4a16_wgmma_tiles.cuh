@@ -201,7 +201,7 @@ struct WgmmaTiles {
       for (int s = 0; s < count; ++s, ++g) {
         const int slot = g % STAGES;
         mbarrier_wait(bars.full(slot), (g / STAGES) & 1);
-        Tile::mma_stage(sm, slot, acc, afrag, s == 0);
+        Tile::template mma_stage<true>(sm, slot, acc, afrag, s == 0);  // paired words: kOperandsPerStep
         if (s > 0) Tile::release(bars, (g - 1) % STAGES);
       }
       Tile::drain(acc, afrag);
