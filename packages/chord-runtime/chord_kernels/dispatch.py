@@ -427,7 +427,8 @@ def wgmma_shape(n: int, rows: int) -> dict[str, int]:
 def wgmma_loads_operands_per_step(cfg: dict[str, int]) -> bool:
     """WgmmaTile::kOperandsPerStep: the 4-warpgroup tile with more than 64 accumulators a thread
     (WM * BN > 64, the 512 x 56 tile) has no registers to hold a stage's weight words, so each k
-    step loads its own 4-byte word from shared memory."""
+    step loads its own 4-byte word from shared memory (on the tile loop two steps' words a load:
+    grouped-kernels.md v24)."""
     return cfg["CWG"] == 4 and cfg["WM"] * cfg["BN"] > 64
 
 
