@@ -485,8 +485,8 @@ struct WgmmaTile {
   // loop (PAIRED_WORDS) one 8-byte load brings two k steps' words (one kept a step): half the
   // loads, each as many wavefronts as a 4-byte one at the 16/32-byte lane stride; -2 to -4 % on
   // the 512 x 56 loop (grouped-kernels.md v24).
-  // The one-CTA tile has not the two registers: ptxas serializes its wgmmas (C7512), so it keeps
-  // the word a step.
+  // The one-CTA tile lacks the two registers (ptxas serializes its wgmmas, C7512): it keeps a
+  // word a step.
   static constexpr bool kOperandsPerStep = CWG == 4 && WM * BN > 64;  // host: dispatch.wgmma_loads_operands_per_step
   using Acc = float[WM][Mma::kAccRegs];
   using AFrag = uint32_t[2][WM][4];

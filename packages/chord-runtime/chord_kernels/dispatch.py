@@ -439,7 +439,8 @@ def grouped_wgmma_shape(n: int, rows: int, block_k: int) -> dict[str, int]:
     conflicted (4-way on BLOCK_K 64): ncu, masked EP16 T=128 gate_up, short-scoreboard stalls 3.5
     per issue vs 1.1 on BLOCK_K 64, 268 vs 227 µs. Those tiles run 2 consumer warpgroups (256 weight
     rows, a stage's words loaded once): masked EP16 T=128 sum 394 -> 342 µs, EP32 T=64 223 -> 183
-    (grouped-kernels.md v9)."""
+    (grouped-kernels.md v9). Still so with the tile loop's paired word loads (v24: 4 warpgroups
+    there +11 % at masked EP32 T=64 gate_up)."""
     cfg = wgmma_shape(n, rows)
     if block_k == 128 and wgmma_loads_operands_per_step(cfg):
         cfg = {**cfg, "CWG": 2, "STAGES": WGMMA_CWG2_STAGES}
