@@ -26,7 +26,8 @@ from . import scenarios as S
 def chord_block_m(problem: dict[str, Any]) -> int:
     """The routing block size (``moe_align_block_size``'s block_size) Chord is benchmarked with:
     what Chord's dispatch asks the framework for (``dispatch.indexed_block_m``, by routed rows
-    per expert; ``CHORD_W4A16_BLOCK_M`` overrides it there, for experiments).
+    per expert and the projection's shape; ``CHORD_W4A16_BLOCK_M`` overrides it there, for
+    experiments).
 
     ``problem``: ``n``, ``k``, ``num_experts`` (local), ``top_k`` (8 gate_up, 1 down),
     ``num_routes`` (topk_ids.numel()) and ``valid_shape_m`` (vLLM's estimate of the routes this
@@ -34,7 +35,7 @@ def chord_block_m(problem: dict[str, Any]) -> int:
     """
     from chord_kernels import dispatch
 
-    return dispatch.indexed_block_m(problem["valid_shape_m"], problem["num_experts"])
+    return dispatch.indexed_block_m(problem["valid_shape_m"], problem["num_experts"], problem["n"], problem["k"])
 
 
 def chord_launch(n: int, k: int, num_experts: int, top_k: int, block_m: int, arch: str):

@@ -21,16 +21,17 @@ CASES = {"mma": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
          # ring across tiles); K = 640 wraps the 8-slot ring; N = 160 half past a 128-column tile
          "wgmma_sk": ((3, 512, 2048, 2, 8, 8), (8, 512, 256, 4000, 2, 16), (3, 160, 640, 60, 2, 64),
                       (2, 160, 640, 80, 2, 128), (3, 512, 256, 150, 2, 96), (3, 512, 256, 120, 2, 56)),
-         # the same schedule on the 512-row tile with 4 consumer warpgroups (BN 32 and 16): split
+         # the same schedule on the 512-row tile with 4 consumer warpgroups (BN 32, 16, 24): split
          # long-K tiles (both BN), many short tiles per CTA, N = 336 ending inside the tile
          "wgmma_sk4": ((3, 512, 2048, 2, 8, 32), (3, 512, 2048, 2, 8, 16), (8, 512, 256, 4000, 2, 16),
-                       (3, 336, 640, 60, 2, 32)),
+                       (3, 336, 640, 60, 2, 32), (3, 512, 2048, 2, 8, 24)),
          # (WM, BN) = (1, 64), (2, 128), (1, 64), (2, 64), (1, 128), (2, 96); K = 640 wraps the
          # 6-slot ring; then 4 consumer warpgroups (WM 2, BN 32 and 16; N = 336 ends inside the
-         # 512-row tile; BN 56: the last producer pass half outside the tile, words per k step)
+         # 512-row tile; BN 56: the last producer pass half outside the tile, words per k step; BN 24)
          "wgmma": ((4, 160, 320, 50, 2, 64), (3, 512, 256, 90, 2, 128), (2, 128, 192, 7, 1, 64),
                    (3, 512, 640, 60, 2, 64), (2, 160, 640, 80, 2, 128), (3, 512, 640, 150, 2, 96),
                    (3, 512, 640, 40, 2, 32), (2, 336, 640, 30, 2, 16), (3, 512, 640, 90, 2, 56),
+                   (3, 512, 640, 40, 2, 24),
                    # ~280 tiles: more than the resident CTAs, so each loops over 2-3 tiles
                    (4, 2048, 256, 2000, 2, 128))}
 # Case families that are a kernel family with a tuning override: (kernel family, tuning).

@@ -35,7 +35,7 @@ def run(name: str) -> None:
     expert_map[:local] = torch.arange(local, dtype=torch.int32, device="cuda")
     m = tokens if top_k == 8 else tokens * 8
     a = torch.randn(m, k, generator=g, device="cuda").to(torch.bfloat16)
-    block_m = dispatch.indexed_block_m(-(-tokens * 8 * local // 384), local)
+    block_m = dispatch.indexed_block_m(-(-tokens * 8 * local // 384), local, n, k)
     sorted_ids, expert_ids, ntp = routing.moe_align_block_size(topk, block_m, 384, expert_map)
     out = indexed(a, packed, sorted_ids, expert_ids, ntp, top_k, block_m)  # compile + load
     torch.cuda.synchronize()

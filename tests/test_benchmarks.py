@@ -360,7 +360,7 @@ def test_chord_side_end_to_end_on_cpu(tiny):
         assert rec["status"] == "ok", rec
         assert rec["check"] == "ok" and rec["rel_err"] <= common.REL_ERR_TOL
         meta = common.load_routing(tiny["routing"], S.Point(rec["scenario"], rec["dist"], rec["tokens"]))["meta"]
-        assert rec["us"] == 12.5 and rec["block_m"] == dispatch.indexed_block_m(rec["valid_shape_m"], rec["num_experts"])
+        assert rec["us"] == 12.5 and rec["block_m"] == dispatch.indexed_block_m(rec["valid_shape_m"], rec["num_experts"], rec["n"], rec["k"])
         assert rec["rows"] == meta["routes_kept"] and rec["experts_touched"] == meta["experts_touched"]
         assert rec["rows_in"] == (meta["tokens_touched"] if rec["proj"] == "gate_up" else meta["routes_kept"])
         assert rec["weights_digest"] and rec["routing_digest"] == meta["digest"]
@@ -556,7 +556,7 @@ def test_chord_block_m_follows_dispatch(monkeypatch):
 
     problem = {"n": 4096, "k": 7168, "num_experts": 48, "top_k": 8, "num_routes": 1280, "valid_shape_m": 160}
     monkeypatch.delenv("CHORD_W4A16_BLOCK_M", raising=False)
-    assert bench_chord.chord_block_m(problem) == dispatch.indexed_block_m(160, 48) == 8
+    assert bench_chord.chord_block_m(problem) == dispatch.indexed_block_m(160, 48, 4096, 7168) == 8
     monkeypatch.setenv("CHORD_W4A16_BLOCK_M", "32")
     assert bench_chord.chord_block_m(problem) == 32
 

@@ -80,8 +80,8 @@ def test_mid_batch_blocks():
     """Blocks of 8 rows stay on the stream-K mma kernel under ``auto``; 16-32 rows on deep K and
     N >= 512 take the 512-row wgmma tile with 4 consumer warpgroups: 16 rows on the stream-K
     schedule (v28), 17-32 on the tile loop (v34); short K the stream-K mma kernel; the family
-    override runs every block on the wgmma tile loop with N = 16 or 32."""
-    for block_m, bn in ((8, 16), (16, 16), (24, 32), (32, 32)):
+    override runs every block on the wgmma tile loop with N = 16, 24 or 32."""
+    for block_m, bn in ((8, 16), (16, 16), (20, 24), (24, 24), (32, 32)):
         problem = IndexedProblem(4096, 7168, 48, 8, block_m)
         launch = dispatch.select_indexed(problem)
         if block_m <= 8:
@@ -129,7 +129,28 @@ def test_grid_covers_n_and_every_routing_block():
                                                          (16384, 384, 56),    # TP8 T=2048: 43
                                                          (65536, 384, 96)])   # TP8 T=8192: 171
 def test_block_m_follows_rows_per_expert(valid_shape_m, experts, want):
-    assert dispatch.indexed_block_m(valid_shape_m, experts) == want
+    n, k = (4096, 7168) if experts == 48 else (512, 7168)  # EP8 / TP8 gate_up
+    assert dispatch.indexed_block_m(valid_shape_m, experts, n, k) == want
+
+
+EP8_GATE_UP, EP8_DOWN, TP8_GATE_UP, TP8_DOWN = (4096, 7168), (7168, 2048), (512, 7168), (7168, 256)
+
+
+@pytest.mark.parametrize("valid_shape_m,experts,shape,want", [
+    (554, 48, EP8_GATE_UP, 24), (554, 48, EP8_DOWN, 24),  # EP8 T=64: 11.5 rows (v36)
+    (480, 48, EP8_GATE_UP, 16), (481, 48, EP8_GATE_UP, 24),  # 10 rows: 16; 11: 24
+    (768, 48, EP8_DOWN, 24), (769, 48, EP8_DOWN, 32),  # above 16 rows the 32-row block stays
+    (384, 48, EP8_GATE_UP, 8),  # decode keeps the smallest block
+    (4096, 384, TP8_GATE_UP, 16), (4096, 384, TP8_DOWN, 16),  # TP8 T=512: N 512, and K 256
+    (554, 48, (4096, 512), 16)])  # short K: no mid-batch tile
+def test_mid_batch_24_row_blocks(valid_shape_m, experts, shape, want):
+    assert dispatch.indexed_block_m(valid_shape_m, experts, *shape) == want
+    assert dispatch.wgmma_shape(shape[0], 24)["BN"] == 24
+
+
+def test_mid_batch_block_model():
+    # 16 or 24 by the prefill model's expected cost: 24 from 11 rows an expert.
+    assert [dispatch.mid_batch_block_m(t) for t in range(9, 17)] == [16, 16] + [24] * 6
 
 
 def test_expected_tiles_is_the_poisson_mean_of_ceil():
@@ -156,14 +177,15 @@ def test_prefill_block_pads_least():
     assert {dispatch.prefill_block_m(t) for t in range(33, 600)} == set(dispatch.PREFILL_BLOCK_M_CHOICES)
 
 
+@pytest.mark.parametrize("shape", [EP8_GATE_UP, TP8_DOWN])
 @pytest.mark.parametrize("experts", [1, 8, 48, 384])
-def test_block_m_windows_match_the_rule(experts):
-    windows = dispatch.indexed_block_m_windows(experts)
+def test_block_m_windows_match_the_rule(experts, shape):
+    windows = dispatch.indexed_block_m_windows(experts, *shape)
     assert windows[0][0] == -1 and windows[-1][1] is None
     assert all(a[1] == b[0] and a[2] != b[2] for a, b in itertools.pairwise(windows))  # contiguous, merged
     for m in list(range(0, 40 * experts, 7)) + [w[0] + d for w in windows[1:] for d in (0, 1)] + [10**7]:
         hit = [bm for lo, hi, bm in windows if lo < m and (hi is None or m <= hi)]
-        assert hit == [dispatch.indexed_block_m(m, experts)], m
+        assert hit == [dispatch.indexed_block_m(m, experts, *shape)], m
 
 
 def test_smem_bytes_mirror_the_kernel_struct():
@@ -227,7 +249,7 @@ def test_print_configs_reports_each_choice_once(monkeypatch, capsys):
     dispatch.select_indexed(problem)
     dispatch.select_indexed(problem)
     err = capsys.readouterr().err
-    assert err.count("[chord] IndexedProblem(n=1024, k=2048") == 1 and "indexed_wgmma[WM=2, BN=32, STAGES=8, CWG=4, LOOP=1]" in err
+    assert err.count("[chord] IndexedProblem(n=1024, k=2048") == 1 and "indexed_wgmma[WM=2, BN=24, STAGES=8, CWG=4, LOOP=1]" in err
 
 
 def test_profiles_cover_the_heuristic():
@@ -265,14 +287,14 @@ def test_tuning_override(monkeypatch):
     # One override string serves both tensor-core families: each takes its own keys.
     wg = dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="NT=4,BN=64,STAGES=4")
     assert wg.spec.config == {"WM": 2, "BN": 64, "STAGES": 4, "CWG": 2}
-    with pytest.raises(ValueError, match="WM 1.2, BN 16.32.48.56.64.96.128, STAGES 2..8"):
+    with pytest.raises(ValueError, match="WM 1.2, BN 16.24.32.48.56.64.96.128, STAGES 2..8"):
         dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="BN=80")
     with pytest.raises(ValueError, match="WM.BN <= 112"):
         dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="CWG=4")
     wg4 = dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 64), tuning="CWG=4,WM=1")
     assert wg4.spec.threads == 640 and wg4.cols_per_cta == 256 and wg4.smem_bytes <= 227 * 1024
     monkeypatch.setenv("CHORD_W4A16_BLOCK_M", "24")
-    assert dispatch.indexed_block_m(10, 48) == 24
+    assert dispatch.indexed_block_m(10, 48, 4096, 7168) == 24
 
 
 @pytest.mark.parametrize("routing,rows,want", [("contiguous", 3, {"TT": 1}), ("contiguous_offsets", 12, {"TT": 2}),

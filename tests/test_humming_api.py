@@ -128,8 +128,9 @@ def test_tuning_table_block_size_is_chords_indexed_block_m(kimi_layer):
     for m in list(range(0, 600 * E)) + [10**5, 10**7]:  # every window of the prefill model too
         hits = [cfg for lo, hi, cfg in table if lo < m <= hi]
         assert len(hits) == 1, m
-        assert hits[0]["block_shape"][0] == indexed_block_m(m, E), m
-    assert get_heuristics_config(cfg13, shape_m=3 * E, gemm_type="indexed")["block_shape"][0] == indexed_block_m(3 * E, E)
+        assert hits[0]["block_shape"][0] == indexed_block_m(m, E, cfg13.shape_n, cfg13.shape_k), m
+    want = indexed_block_m(3 * E, E, cfg13.shape_n, cfg13.shape_k)
+    assert get_heuristics_config(cfg13, shape_m=3 * E, gemm_type="indexed")["block_shape"][0] == want
 
 
 # ---------------------------------------------------------------- forwards

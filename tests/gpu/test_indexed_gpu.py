@@ -49,7 +49,7 @@ def check_against_reference(problem, out, sorted_ids, expert_ids, ntp, block_m, 
 @pytest.mark.parametrize("tokens,skew", [(1, False), (8, False), (20, True), (64, False)])
 def test_kimi_shapes_random_routing(shape, tokens, skew):
     problem = make_problem(shape, tokens, skew=skew, seed=tokens)
-    for block_m in (8, 16, 32, 64, 96, 128):
+    for block_m in (8, 16, 24, 32, 64, 96, 128):
         sorted_ids, expert_ids, ntp = align(problem, block_m)
         out = run_indexed(problem, sorted_ids, expert_ids, ntp, block_m)
         check_against_reference(problem, out, sorted_ids, expert_ids, ntp, block_m)
@@ -182,14 +182,14 @@ def test_wgmma_streamk_nearly_full_last_wave(kernel_family, tuning, monkeypatch)
 def test_four_consumer_warpgroups(kernel_family, tuning, monkeypatch):
     """The wgmma tile with 4 consumer warpgroups (640 threads; 512 weight rows a CTA at WM=2; auto
     runs it one CTA per tile for 17-32-row blocks) on both schedules: Kimi shapes at 8-32-row
-    blocks (64 at WM=1), and N = 336, which ends inside the tile (its last n-tiles are clamped
+    blocks (BN 16, 24, 32; 64 at WM=1), and N = 336, which ends inside the tile (its last n-tiles are clamped
     copies that are never stored)."""
     if kernel_family not in ("wgmma", "wgmma_sk"):
         pytest.skip("the wgmma tile only")
     monkeypatch.setenv("CHORD_W4A16_TUNING", tuning)
     if kernel_family == "wgmma_sk" and tuning in ("CWG=4,BN=56", "CWG=4,BN=48"):
         pytest.skip("stream-K with 4 consumer warpgroups at BN 48/56 would spill (v14): one-CTA only")
-    blocks = (8, 16, 32) + ((64,) if "WM=1" in tuning else (48, 56) if "BN=56" in tuning else (48,) if "BN=48" in tuning else ())
+    blocks = (8, 16, 24, 32) + ((64,) if "WM=1" in tuning else (48, 56) if "BN=56" in tuning else (48,) if "BN=48" in tuning else ())
     for shape in ("ep8_down", "tp8_down"):
         problem = make_problem(shape, 64, skew=True, seed=41)
         for block_m in blocks:

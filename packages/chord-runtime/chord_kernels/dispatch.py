@@ -66,18 +66,24 @@ MID_BATCH_TILES = {"grouped": (17, 32, 2048), "indexed": (9, 32, 512)}
 MID_BATCH_STREAMK_MAX_ROWS = 16
 
 
-def indexed_block_m(valid_shape_m: int, num_experts: int) -> int:
-    """The routing block size (moe_align_block_size's block_size) Chord asks the framework for.
+def indexed_block_m(valid_shape_m: int, num_experts: int, n: int, k: int) -> int:
+    """The routing block size (moe_align_block_size's block_size) Chord asks the framework for,
+    for a projection of ``n`` x ``k`` (vLLM builds one table a layer: gate_up and down may differ).
 
     Decided by routed rows per expert ``tok_e = valid_shape_m / num_experts`` (vLLM's estimate of
     the rows this GPU computes), not total tokens: up to 32 the smallest block that holds a
     typical expert's rows (decode, mid batch: padding stays small and one CTA's dequantized
-    weights serve the whole block); above, prefill_block_m(ceil(tok_e)).
+    weights serve the whole block), except that where 16 would hold them and the 512 x 24 tile
+    runs (mid_batch_block_m) 24 may; above 32, prefill_block_m(ceil(tok_e)).
     """
     override = env.get(env.BLOCK_M)
     if override:
         return int(override)
-    return block_for_rows(max(valid_shape_m, 1) / max(num_experts, 1))
+    rows = max(valid_shape_m, 1) / max(num_experts, 1)
+    block = block_for_rows(rows)
+    if block == MID_BATCH_BLOCK_CHOICES[0] and takes_24_row_blocks(n, k):
+        return mid_batch_block_m(math.ceil(rows))
+    return block
 
 
 def block_for_rows(rows_per_expert: float) -> int:
@@ -111,34 +117,62 @@ PREFILL_TOLERANCE = 0.02
 PREFILL_MODEL_MAX_ROWS = 512
 
 
+def least_cost_block(rows_per_expert: int, choices: tuple[int, ...]) -> int:
+    """The block of ``choices`` of least expected cost for ``rows_per_expert`` (the model above:
+    expected tiles x (block + TILE_FIXED_ROWS)); a larger one within PREFILL_TOLERANCE wins."""
+    costs = {b: expected_tiles(rows_per_expert, b) * (b + TILE_FIXED_ROWS) * BLOCK_COST_SCALE.get(b, 1.0)
+             for b in choices}
+    best = min(costs.values())
+    return max(b for b, cost in costs.items() if cost <= (1 + PREFILL_TOLERANCE) * best)
+
+
 @functools.cache
 def prefill_block_m(rows_per_expert: int) -> int:
     """The routing block for ``rows_per_expert`` (> 32) rows per expert: see the model above."""
     if rows_per_expert > PREFILL_MODEL_MAX_ROWS:
         return PREFILL_BLOCK_M_CHOICES[-1]
-    costs = {b: expected_tiles(rows_per_expert, b) * (b + TILE_FIXED_ROWS) * BLOCK_COST_SCALE.get(b, 1.0)
-             for b in PREFILL_BLOCK_M_CHOICES}
-    best = min(costs.values())
-    return max(b for b, cost in costs.items() if cost <= (1 + PREFILL_TOLERANCE) * best)
+    return least_cost_block(rows_per_expert, PREFILL_BLOCK_M_CHOICES)
 
 
-def indexed_block_m_windows(num_experts: int) -> list[tuple[int, int, int]]:
+# Mid batch (9-16 rows per expert) on deep K and wide N: 16-row blocks (the 512 x 16 stream-K
+# tile) or 24-row blocks (the 512 x 24 tile on the tile loop), by the same model (indexed-kernels.md
+# v36, ncu at base clock, EP8 T=64, 11.5 rows per expert, two routings: the layer -1.2 / -5.1 %,
+# skewed -2.5 / -4.8 %; the model rates 24 0.5 % cheaper there). It picks 24 from 11 rows; above
+# 16 rows the rule's 32 stays (24 there: EP8 T=128, 21 rows, +15 %; skewed 16 rows +14 %).
+MID_BATCH_BLOCK_CHOICES = (16, 24)
+# N at least this: the wins were measured at N 4096 and 7168. TP8's gate_up (N 512) gained 2 % on
+# 24-row blocks but its down (K 256, no mid-batch tile) keeps 16, and a second block size costs
+# vLLM a second moe_align_block_size a step.
+MID_BATCH_24_MIN_N = 2048
+
+
+def takes_24_row_blocks(n: int, k: int) -> bool:
+    return is_mid_batch_tile(MID_BATCH_BLOCK_CHOICES[1], n, k, "indexed") and n >= MID_BATCH_24_MIN_N
+
+
+@functools.cache
+def mid_batch_block_m(rows_per_expert: int) -> int:
+    """The routing block for ``rows_per_expert`` (9-16) rows per expert where the 512 x 24 tile
+    runs (takes_24_row_blocks): 16 or 24, by the model above."""
+    return least_cost_block(rows_per_expert, MID_BATCH_BLOCK_CHOICES)
+
+
+def indexed_block_m_windows(num_experts: int, n: int, k: int) -> list[tuple[int, int, int]]:
     """indexed_block_m as ``(lower, upper, block)`` windows of valid_shape_m (``lower < M <=
     upper``; the last window's upper is None: any M), the form of the tuning table vLLM reads its
-    block size from. The first window starts at -1 so an M of 0 (profiling runs) has one too."""
+    block size from. The first window starts at -1 so an M of 0 (profiling runs) has one too.
+    The rule depends on M only through ceil(M / experts), so windows end at multiples of experts."""
     e = max(num_experts, 1)
     windows: list[list[int]] = []
     lower = -1
-    uppers = [b * e for b in DECODE_BLOCK_M_CHOICES] + [t * e for t in range(DECODE_BLOCK_M_CHOICES[-1] + 1,
-                                                                          PREFILL_MODEL_MAX_ROWS + 1)]
-    for upper in uppers:
-        block = indexed_block_m(upper, num_experts)
+    for upper in (t * e for t in range(1, PREFILL_MODEL_MAX_ROWS + 1)):
+        block = indexed_block_m(upper, num_experts, n, k)
         if windows and windows[-1][2] == block:
             windows[-1][1] = upper
         else:
             windows.append([lower, upper, block])
         lower = upper
-    last = indexed_block_m(lower + 1, num_experts)
+    last = indexed_block_m(lower + 1, num_experts, n, k)
     if windows[-1][2] == last:
         windows[-1][1] = None
     else:
@@ -403,12 +437,12 @@ def mma_shape(n: int, k: int, rows: int) -> dict[str, int]:
 
 
 WGMMA_CWG2_STAGES = 6  # ring depth of the 2-warpgroup tile (depth made no difference in the v6 sweep)
-WGMMA_BN_CHOICES = (16, 32, 48, 56, 64, 96, 128)  # N of the wgmma: the block's rows (32 at mid batch; 16 by the family override)
+WGMMA_BN_CHOICES = (16, 24, 32, 48, 56, 64, 96, 128)  # N of the wgmma: the block's rows (16, 24, 32 at mid batch)
 
 
 def wgmma_shape(n: int, rows: int) -> dict[str, int]:
     """Tile config of the wgmma kernel for a routing block of ``rows``: N of the wgmma is the
-    smallest of 16/32/48/56/64/96/128 holding the block; two m64 weight tiles per warpgroup (half
+    smallest of 16/24/32/48/56/64/96/128 holding the block; two m64 weight tiles per warpgroup (half
     the activation bytes re-read per weight byte of one) unless N is too narrow; up to 56 rows 4
     consumer warpgroups (512 weight rows, 8 stages; ``auto`` sends mid-batch tiles on deep K here,
     MID_BATCH_TILES: 17-32 rows since v13, indexed 16-row blocks since v28; 56-row blocks, v14),
@@ -467,7 +501,7 @@ def apply_tuning(cfg: dict[str, int], k: int, tuning: str) -> dict[str, int]:
     cfg = {**cfg, **{key: v for key, v in parse_tuning(tuning).items() if key in cfg}}
     if "WM" in cfg:
         if cfg["WM"] not in (1, 2) or cfg["BN"] not in WGMMA_BN_CHOICES or not 2 <= cfg["STAGES"] <= 8 or k % 64:
-            raise ValueError(f"tuning {cfg} does not fit K={k} (WM 1|2, BN 16|32|48|56|64|96|128, STAGES 2..8, "
+            raise ValueError(f"tuning {cfg} does not fit K={k} (WM 1|2, BN 16|24|32|48|56|64|96|128, STAGES 2..8, "
                              "K a multiple of 64)")
         if cfg["CWG"] not in WGMMA_CWG_CHOICES or (cfg["CWG"] == 4 and cfg["WM"] * cfg["BN"] > 112):
             raise ValueError(f"tuning {cfg}: CWG is 2 or 4, and 4 consumer warpgroups need WM*BN <= 112 "

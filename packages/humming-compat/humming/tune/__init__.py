@@ -3,7 +3,8 @@
 For the indexed path vLLM iterates the table as ``(lower, upper, cfg)`` entries and uses
 ``cfg["block_shape"][0]`` of the entry with ``lower < valid_shape_m <= upper`` as the
 ``moe_align_block_size`` block size. Chord's block size per window is
-``chord_kernels.dispatch.indexed_block_m(valid_shape_m, num_experts)``. The table is
+``chord_kernels.dispatch.indexed_block_m(valid_shape_m, num_experts, n, k)`` for the layer's
+shape (vLLM builds a table for gate_up and one for down, and aligns twice if they differ). The table is
 JSON-serialisable; vLLM hands it back to ``humming_forward`` as ``tuning_config``.
 """
 
@@ -46,10 +47,10 @@ def check_mode(layer_config: LayerConfig, gemm_type) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def _indexed_table(num_experts: int, block_k: int) -> tuple:
+def _indexed_table(num_experts: int, n: int, k: int) -> tuple:
     from chord_kernels.dispatch import indexed_block_m_windows
 
-    return tuple((lo, TABLE_END if hi is None else hi, bm) for lo, hi, bm in indexed_block_m_windows(num_experts))
+    return tuple((lo, TABLE_END if hi is None else hi, bm) for lo, hi, bm in indexed_block_m_windows(num_experts, n, k))
 
 
 def get_heuristics_config(
@@ -73,7 +74,7 @@ def get_heuristics_config(
     mode = check_mode(layer_config, gt)
     block_k = layer_config.chord_block_k
     if gt == GemmType.INDEXED:
-        rows = _indexed_table(layer_config.num_experts, block_k)
+        rows = _indexed_table(layer_config.num_experts, layer_config.shape_n, layer_config.shape_k)
     else:
         rows = ((-1, TABLE_END, 64),)
     table = [[lo, hi, {"block_shape": [bm, 128, block_k], "chord_mode": mode, "gemm_type": gt.value}]
