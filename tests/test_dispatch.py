@@ -148,6 +148,19 @@ def test_mid_batch_24_row_blocks(valid_shape_m, experts, shape, want):
     assert dispatch.wgmma_shape(shape[0], 24)["BN"] == 24
 
 
+@pytest.mark.parametrize("experts,rows,shape,want", [
+    (48, 12, EP8_GATE_UP, 24), (48, 12, EP8_DOWN, 24),  # EP8 T=64: 2.9 / 5.1 waves of 512 x 24 tiles
+    (24, 11, EP8_GATE_UP, 24), (24, 11, EP8_DOWN, 24),  # EP16 T=32: 1.45 / 2.5
+    (12, 14, EP8_GATE_UP, 16), (12, 14, EP8_DOWN, 16)])  # EP32 T=20: 0.73 / 1.27 (lost, grouped v25)
+def test_24_row_tiles_only_where_they_make_waves(experts, rows, shape, want):
+    from chord_kernels.dispatch import GroupedProblem
+
+    assert dispatch.indexed_block_m(experts * rows, experts, *shape) == want
+    for routing, block_k in (("contiguous_offsets", 64), ("masked", 128)):
+        launch = dispatch.select_grouped(GroupedProblem(routing, *shape, experts, rows, block_k))
+        assert launch.rows_per_cta == want, (routing, launch.spec.symbol)
+
+
 def test_mid_batch_block_model():
     # 16 or 24 by the prefill model's expected cost: 24 from 11 rows an expert.
     assert [dispatch.mid_batch_block_m(t) for t in range(9, 17)] == [16, 16] + [24] * 6
@@ -297,7 +310,10 @@ def test_tuning_override(monkeypatch):
     assert dispatch.indexed_block_m(10, 48, 4096, 7168) == 24
 
 
-@pytest.mark.parametrize("routing,rows,want", [("contiguous", 3, {"TT": 1}), ("contiguous_offsets", 12, {"TT": 2}),
+@pytest.mark.parametrize("routing,rows,want", [("contiguous", 3, {"TT": 1}), ("contiguous_offsets", 10, {"TT": 2}),
+                                               ("contiguous", 12, {"TT": 2}),
+                                               ("contiguous_offsets", 12, {"WM": 2, "BN": 24, "CWG": 4}),
+                                               ("masked", 16, {"WM": 2, "BN": 24, "CWG": 4}),
                                                ("contiguous_offsets", 20, {"WM": 2, "BN": 32, "CWG": 4}),
                                                ("masked", 30, {"WM": 2, "BN": 32, "CWG": 4}),
                                                ("contiguous", 40, {"WM": 2, "BN": 64, "CWG": 2}),

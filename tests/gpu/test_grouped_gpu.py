@@ -84,7 +84,7 @@ def test_contiguous_m_indices(shape, total, skew):
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
-@pytest.mark.parametrize("total,skew", [(1, False), (37, True), (900, False), (4000, True)])
+@pytest.mark.parametrize("total,skew", [(1, False), (37, True), (576, True), (900, False), (4000, True)])
 def test_contiguous_offsets_unaligned(shape, total, skew):
     e, n, k = SHAPES[shape]
     codes, scale, packed = weights(e, n, k, "contiguous")
@@ -122,7 +122,7 @@ def test_output_rows_not_16_byte_aligned(total):
 
 
 @pytest.mark.parametrize("shape", ["ep8_gate_up", "ep32_down", "small"])
-@pytest.mark.parametrize("expected_m", [1, 9, 40, 500])  # far below and far above the truth
+@pytest.mark.parametrize("expected_m", [1, 9, 12, 40, 500])  # far below and far above the truth; 12: 24-row tiles
 @pytest.mark.parametrize("three_d", [False, True])
 def test_masked(shape, expected_m, three_d):
     e, n, k = SHAPES[shape]

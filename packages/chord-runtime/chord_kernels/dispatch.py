@@ -23,6 +23,7 @@ from .tma import STAGE_K, TMA_BLOCK_KS
 from .wave_model import expected_tiles, expected_waves, mean_row_tiles
 
 INDEXED_FAMILIES = ("auto", "mma_sk", "wgmma_sk", "mma", "wgmma", "simple")
+H200_SMS = 132  # SMs of an H200 (H100 SXM too): the wave model's default; chord_kernels.ops passes the device's
 MAX_TOKEN_TILES = 8  # n8 token tiles per CTA in the mma kernel (64 routed rows)
 BLOCK_M_CHOICES = (8, 16, 32, 64)  # rows per tile of the mma kernels (grouped tiles too)
 # Grouped tiles: powers of two (they divide the contiguous form's 128-row segment alignment).
@@ -80,10 +81,7 @@ def indexed_block_m(valid_shape_m: int, num_experts: int, n: int, k: int) -> int
     if override:
         return int(override)
     rows = max(valid_shape_m, 1) / max(num_experts, 1)
-    block = block_for_rows(rows)
-    if block == MID_BATCH_BLOCK_CHOICES[0] and takes_24_row_blocks(n, k):
-        return mid_batch_block_m(math.ceil(rows))
-    return block
+    return mid_batch_rows(block_for_rows(rows), math.ceil(rows), num_experts, n, k)
 
 
 def block_for_rows(rows_per_expert: float) -> int:
@@ -144,10 +142,32 @@ MID_BATCH_BLOCK_CHOICES = (16, 24)
 # 24-row blocks but its down (K 256, no mid-batch tile) keeps 16, and a second block size costs
 # vLLM a second moe_align_block_size a step.
 MID_BATCH_24_MIN_N = 2048
+# And only where the 512 x 24 tiles make this many waves on the SMs: they run whole tiles on the
+# tile loop, where the 16-row tiles they replace are balanced over every SM (the indexed 512 x 16
+# tile on the stream-K schedule, the grouped stream-K mma tile). Grouped v25 (ncu, base clock,
+# gate_up / down, contiguous and masked): EP8 T=64 (48 experts, 2.9 / 5.1 waves) -3 to -12 %;
+# EP16 T=32 (24 experts, 1.45 / 2.5 waves) -3.3 and -1.0 / +1.7 and +1.5 %; EP32 T=20 (12 experts,
+# 0.73 / 1.27 waves) +4 to +14 %. The bound sits between 1.27 (lost) and 1.45 (won).
+MID_BATCH_24_MIN_WAVES = 1.4
 
 
-def takes_24_row_blocks(n: int, k: int) -> bool:
-    return is_mid_batch_tile(MID_BATCH_BLOCK_CHOICES[1], n, k, "indexed") and n >= MID_BATCH_24_MIN_N
+def takes_24_row_blocks(n: int, k: int, experts: int, rows_per_expert: float, sms: int = H200_SMS) -> bool:
+    """Whether ``experts`` with ``rows_per_expert`` expected rows on an n x k projection may take
+    24-row blocks: deep K, N >= MID_BATCH_24_MIN_N, and MID_BATCH_24_MIN_WAVES waves of tiles."""
+    rows = MID_BATCH_BLOCK_CHOICES[1]
+    if not (is_mid_batch_tile(rows, n, k, "indexed") and n >= MID_BATCH_24_MIN_N):
+        return False
+    cfg = wgmma_shape(n, rows)
+    col_tiles = -(-n // (cfg["CWG"] * 64 * cfg["WM"]))
+    return mean_row_tiles(rows_per_expert, experts, rows) * col_tiles >= MID_BATCH_24_MIN_WAVES * sms
+
+
+def mid_batch_rows(rows: int, rows_per_expert: int, experts: int, n: int, k: int, sms: int = H200_SMS) -> int:
+    """``rows`` (a 16-row block or tile by the smallest-holding rule), or 24 where
+    takes_24_row_blocks and mid_batch_block_m say so; any other ``rows`` as it is."""
+    if rows != MID_BATCH_BLOCK_CHOICES[0] or not takes_24_row_blocks(n, k, experts, rows_per_expert, sms):
+        return rows
+    return mid_batch_block_m(rows_per_expert)
 
 
 @functools.cache
@@ -229,7 +249,6 @@ def indexed_simple(arch: str = DEFAULT_ARCH) -> Launch:
 
 
 SMEM_PER_SM = 227 * 1024  # usable shared memory per SM on H100/H200 (1 KB per CTA is reserved)
-H200_SMS = 132  # SMs of an H200 (H100 SXM too): the wave model's default; chord_kernels.ops passes the device's
 
 
 MMA_STAGED_EPILOGUE_MAX_TT = 4  # MmaTile::kStagedEpilogue: up to 32 rows the epilogue goes through shared memory
@@ -660,7 +679,7 @@ def grouped_tile_rows(rows_per_expert: int, routing: str = "contiguous") -> int:
 
 def grouped_tile_row_choices(routing: str) -> tuple[int, ...]:
     """Every tile size grouped_tile_rows can give ``routing`` (precompile, reachable launches)."""
-    return GROUPED_TILE_ROWS if routing == "contiguous" else INDEXED_BLOCK_M_CHOICES
+    return GROUPED_TILE_ROWS if routing == "contiguous" else INDEXED_BLOCK_M_CHOICES + MID_BATCH_BLOCK_CHOICES[1:]
 
 
 def grouped_wgmma(routing: str, wm: int, bn: int, stages: int, block_k: int, arch: str = DEFAULT_ARCH,
@@ -784,12 +803,15 @@ def grouped_launch_cost(problem: GroupedProblem, rows: int, launch: Launch, spli
     return waves * per_tile
 
 
-def grouped_row_candidates(problem: GroupedProblem) -> tuple[int, ...]:
+def grouped_row_candidates(problem: GroupedProblem, sms: int = H200_SMS) -> tuple[int, ...]:
     """Tile heights select_grouped weighs: grouped_tile_rows, and for the offsets and masked forms
-    (tiles cut on the device, any height) past 32 rows every larger prefill block too, so a
-    taller tile may trade padding for a wave (grouped_launch_cost). The DeepGEMM form keeps its
-    power of two (a tile never straddles two 128-row aligned segments)."""
+    (tiles cut on the device, any height) 24 in place of 16 where the indexed rule would take it
+    (mid_batch_rows) and past 32 rows every larger prefill block too, so a taller tile may trade
+    padding for a wave (grouped_launch_cost). The DeepGEMM form keeps its power of two (a tile
+    never straddles two 128-row aligned segments)."""
     rows = grouped_tile_rows(problem.rows_per_expert, problem.routing)
+    if problem.routing != "contiguous":
+        rows = mid_batch_rows(rows, problem.rows_per_expert, problem.num_experts, problem.n, problem.k, sms)
     if problem.routing == "contiguous" or rows not in PREFILL_BLOCK_M_CHOICES:
         return (rows,)
     return tuple(b for b in PREFILL_BLOCK_M_CHOICES if b >= rows)
@@ -813,7 +835,7 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
         raise ValueError(f"unknown grouped routing {problem.routing!r}")
     best, weighed = None, []
     candidates = [(rows, grouped_launch(problem.routing, problem.n, problem.k, rows, problem.block_k, arch))
-                  for rows in grouped_row_candidates(problem)]
+                  for rows in grouped_row_candidates(problem, sms)]
     if split_override not in ("", "auto"):
         # A forced split weighs only the heights whose kernel splits (the 4-warpgroup tile); with
         # none, grouped_split_k names the kernel that cannot.
