@@ -94,4 +94,4 @@ grouped_case("grouped split tail", 256, 2048, [200, 0, 90, 130], 420, 105, 200, 
 grouped_case("grouped 4-warpgroup split tail", 4096, 2048, [24] * 20, 640, 24, 32, 24)
 # 24-row tiles (the 512 x 24 tile: 12 expected rows on 24 experts, 1.45 waves): experts of 0, 5,
 # 12, 26 and 30 rows (two tiles; masked clamps to 32).
-grouped_case("grouped 512 x 24", 4096, 1024, [12] * 20 + [30, 0, 5, 26], 301, 12, 32, 12)
+grouped_case("grouped 512 x 24", 4096, 1024, [12] * 20 + [30, 0, 5, 26], 768, 12, 32, 12)
