@@ -74,8 +74,9 @@ def indexed_block_m(valid_shape_m: int, num_experts: int, n: int, k: int) -> int
     Decided by routed rows per expert ``tok_e = valid_shape_m / num_experts`` (vLLM's estimate of
     the rows this GPU computes), not total tokens: up to 32 the smallest block that holds a
     typical expert's rows (decode, mid batch: padding stays small and one CTA's dequantized
-    weights serve the whole block), except that where 16 would hold them and the 512 x 24 tile
-    runs (mid_batch_block_m) 24 may; above 32, prefill_block_m(ceil(tok_e)).
+    weights serve the whole block), except that where 16 would hold them 24 may (mid_batch_rows:
+    deep K, N >= 2048, 1.4 waves of 512 x 24 tiles on an H200's SMs, since the table is built
+    without a device); above 32, prefill_block_m(ceil(tok_e)).
     """
     override = env.get(env.BLOCK_M)
     if override:
