@@ -30,7 +30,8 @@ def point_launches(args: argparse.Namespace, arch: str, sms: int) -> list:
         for proj_name in opts.projections:
             proj = S.SCENARIOS[point.scenario].projections[proj_name]
             if S.family_of(paths[0]) == "indexed":
-                block_m = chord_block_m({"num_experts": experts, "valid_shape_m": point.valid_shape_m})
+                block_m = chord_block_m({"num_experts": experts, "valid_shape_m": point.valid_shape_m,
+                                         "n": proj.n, "k": proj.k})
                 launches.append(chord_launch(proj.n, proj.k, experts, proj.top_k, block_m, arch))
                 continue
             layout = common.grouped_layout(routing["topk_ids"], routing["expert_map"], experts)

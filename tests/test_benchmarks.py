@@ -639,3 +639,23 @@ def test_sweep_table_grouped_paths(tmp_path):
     assert "| ep8 | uniform | 128 | **contiguous sum** | 2.0 |" in text
     assert "| ep8 | uniform | 128 | **masked sum** | 20.0 |" in text
     assert "| ep8 | uniform | 128 | down | 3.0 |" in sweep_table.table([tmp_path / "sweep_i.json"])
+
+
+@pytest.mark.parametrize("family,scenario", [("indexed", "ep8"), ("grouped", "ep8")])
+def test_precompile_points_picks_the_runs_launches(family, scenario, tmp_path):
+    """benchmarks.precompile_points compiles what the run will pick: EP8 T=64 takes 24-row blocks
+    (the 512 x 24 tile) on both projections, both families."""
+    import argparse
+
+    from benchmarks import precompile_points
+
+    point = S.Point(scenario, "uniform", 64)
+    make_routing.write_all(tmp_path, [point], seed=0, verbose=False)
+    parser = argparse.ArgumentParser()
+    common.add_bench_args(parser, default_out="unused.json")
+    args = parser.parse_args(["--routing-dir", str(tmp_path), "--family", family, "--scenarios", scenario,
+                              "--tokens", "64", "--dists", "uniform"])
+    launches = precompile_points.point_launches(args, "sm_90a", 132)
+    per_path = len(common.family_paths(args))
+    assert len(launches) == len(S.PROJECTIONS) * per_path
+    assert all(launch.rows_per_cta == 24 for launch in launches), [launch.spec.symbol for launch in launches]
