@@ -159,7 +159,7 @@ def takes_24_row_blocks(n: int, k: int, experts: int, rows_per_expert: float, sm
     if not (is_mid_batch_tile(rows, n, k, "indexed") and n >= MID_BATCH_24_MIN_N):
         return False
     cfg = wgmma_shape(n, rows)
-    col_tiles = -(-n // (cfg["CWG"] * 64 * cfg["WM"]))
+    col_tiles = -(-n // wgmma_weight_rows(cfg["WM"], cfg["CWG"]))
     return mean_row_tiles(rows_per_expert, experts, rows) * col_tiles >= MID_BATCH_24_MIN_WAVES * sms
 
 
@@ -342,6 +342,12 @@ def indexed_mma(nt: int, tt: int, stage_k: int, stages: int = 3, arch: str = DEF
                       nt, tt, stage_k, stages, arch)
 
 
+def wgmma_weight_rows(wm: int, cwg: int) -> int:
+    """Weight rows (output columns) one wgmma CTA covers: ``cwg`` consumer warpgroups x ``wm``
+    m64 tiles."""
+    return cwg * 64 * wm
+
+
 def wgmma_smem_bytes(wm: int, bn: int, stages: int, cwg: int = 2) -> int:
     """sizeof(WgmmaTile::Smem): per stage the swizzled activation rows (128 bytes each), the
     4*CWG consumer warps' weight chunks (WM x 512 bytes each), the CTA rows' two scale groups, the
@@ -349,7 +355,7 @@ def wgmma_smem_bytes(wm: int, bn: int, stages: int, cwg: int = 2) -> int:
     (with 2 consumer warpgroups: BN rows of 64 + 8 BF16 each per warpgroup; else one row), two
     int32 row indices per row, the stream-K finisher flag, the tile loop's two claims and the
     stream-K schedule (6 int32; the struct pads to 16 bytes)."""
-    rows = cwg * 64 * wm
+    rows = wgmma_weight_rows(wm, cwg)
     out_stage = (cwg * bn if cwg == 2 else 1) * (64 + 8) * 2
     tail = -(-(4 + 2 * 4 + 6 * 4) // 16) * 16
     return stages * (bn * 128 + 4 * cwg * wm * 512 + 2 * rows * 2 + bn * 4 + 16) + out_stage + bn * 2 * 4 + tail
@@ -389,7 +395,7 @@ def wgmma_launch(family: str, header: str, body: str, template_args: tuple, wm: 
                       params_type="chord::MoeTmaParams" if tma else "chord::MoeParams",
                       template_args=template_args, threads=wgmma_threads(cwg), min_blocks_per_sm=1, arch=arch,
                       cluster_z=split_k)
-    return Launch(spec, rows_per_cta=bn, cols_per_cta=cwg * 64 * wm,
+    return Launch(spec, rows_per_cta=bn, cols_per_cta=wgmma_weight_rows(wm, cwg),
                   smem_bytes=wgmma_smem_bytes(wm, bn, stages, cwg), tile_loop=cwg == 2 or loop, split_k=split_k,
                   tensor_maps=tma)
 
@@ -811,9 +817,10 @@ def grouped_row_candidates(problem: GroupedProblem, sms: int = H200_SMS) -> tupl
     padding for a wave (grouped_launch_cost). The DeepGEMM form keeps its power of two (a tile
     never straddles two 128-row aligned segments)."""
     rows = grouped_tile_rows(problem.rows_per_expert, problem.routing)
-    if problem.routing != "contiguous":
-        rows = mid_batch_rows(rows, problem.rows_per_expert, problem.num_experts, problem.n, problem.k, sms)
-    if problem.routing == "contiguous" or rows not in PREFILL_BLOCK_M_CHOICES:
+    if problem.routing == "contiguous":
+        return (rows,)
+    rows = mid_batch_rows(rows, problem.rows_per_expert, problem.num_experts, problem.n, problem.k, sms)
+    if rows not in PREFILL_BLOCK_M_CHOICES:
         return (rows,)
     return tuple(b for b in PREFILL_BLOCK_M_CHOICES if b >= rows)
 
