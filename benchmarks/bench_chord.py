@@ -38,22 +38,24 @@ def chord_block_m(problem: dict[str, Any]) -> int:
     return dispatch.indexed_block_m(problem["valid_shape_m"], problem["num_experts"], problem["n"], problem["k"])
 
 
-def chord_launch(n: int, k: int, num_experts: int, top_k: int, block_m: int, arch: str):
-    """The Launch Chord's dispatch picks for an indexed call (the same pure functions ``indexed``
-    uses, with the same environment overrides)."""
+def chord_launch(n: int, k: int, num_experts: int, top_k: int, block_m: int, arch: str, num_routes: int):
+    """The Launch Chord's dispatch picks for an indexed call of ``num_routes`` routes (input rows x
+    top_k; the same pure functions ``indexed`` uses, with the same environment overrides)."""
     from chord_kernels import dispatch
 
-    problem = dispatch.IndexedProblem(n=n, k=k, num_experts=num_experts, top_k=top_k, block_m=block_m)
+    problem = dispatch.IndexedProblem(n=n, k=k, num_experts=num_experts, top_k=top_k, block_m=block_m,
+                                      num_routes=num_routes)
     return dispatch.select_indexed(problem, arch, dispatch.indexed_family(), dispatch.indexed_tuning())
 
 
-def chord_config(n: int, k: int, num_experts: int, top_k: int, block_m: int, device: torch.device) -> str:
+def chord_config(n: int, k: int, num_experts: int, top_k: int, block_m: int, device: torch.device,
+                 num_routes: int) -> str:
     """The kernel Chord's dispatch picks for this call (chord_launch), described."""
     try:
         from chord_kernels.device import kernel_arch
 
         index = device.index if device.index is not None else torch.cuda.current_device()
-        launch = chord_launch(n, k, num_experts, top_k, block_m, kernel_arch(index))
+        launch = chord_launch(n, k, num_experts, top_k, block_m, kernel_arch(index), num_routes)
         return f"{launch.spec.describe()} tile={launch.rows_per_cta}x{launch.cols_per_cta} bm={block_m}"
     except Exception as exc:  # describing must never fail a measurement
         return f"bm={block_m} (config unknown: {type(exc).__name__}: {exc})"
@@ -99,7 +101,8 @@ class ChordBackend:
         return common.Call(fn=fn, out=out, block_m=block_m)
 
     def describe(self, packed, call, point, proj) -> str:
-        return chord_config(packed.n, packed.k, packed.num_experts, proj.top_k, call.block_m, call.out.device)
+        return chord_config(packed.n, packed.k, packed.num_experts, proj.top_k, call.block_m, call.out.device,
+                            proj.input_rows(point.num_tokens) * proj.top_k)
 
 
 def grouped_expected_m(path: str, layout: common.GroupedLayout, point) -> int:

@@ -32,7 +32,8 @@ def point_launches(args: argparse.Namespace, arch: str, sms: int) -> list:
             if S.family_of(paths[0]) == "indexed":
                 block_m = chord_block_m({"num_experts": experts, "valid_shape_m": point.valid_shape_m,
                                          "n": proj.n, "k": proj.k})
-                launches.append(chord_launch(proj.n, proj.k, experts, proj.top_k, block_m, arch))
+                launches.append(chord_launch(proj.n, proj.k, experts, proj.top_k, block_m, arch,
+                                             proj.input_rows(point.num_tokens) * proj.top_k))
                 continue
             layout = common.grouped_layout(routing["topk_ids"], routing["expert_map"], experts)
             launches += [grouped_launch(path, proj.n, proj.k, experts, grouped_expected_m(path, layout, point), arch,

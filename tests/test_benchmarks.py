@@ -567,7 +567,7 @@ def test_chord_config_describes_dispatch_choice(monkeypatch):
     from benchmarks import bench_chord
 
     monkeypatch.setattr(device, "kernel_arch", lambda index: "sm_90a")
-    text = bench_chord.chord_config(4096, 7168, 48, 8, 16, torch.device("cuda", 0))
+    text = bench_chord.chord_config(4096, 7168, 48, 8, 16, torch.device("cuda", 0), 64)
     assert "arch=sm_90a" in text and text.endswith("bm=16")
     # describing never raises: a failing dispatch gives a readable note instead
 
@@ -575,7 +575,7 @@ def test_chord_config_describes_dispatch_choice(monkeypatch):
         raise RuntimeError("no SM90 here")
 
     monkeypatch.setattr(device, "kernel_arch", no_gpu)
-    text = bench_chord.chord_config(4096, 7168, 48, 8, 16, torch.device("cuda", 0))
+    text = bench_chord.chord_config(4096, 7168, 48, 8, 16, torch.device("cuda", 0), 64)
     assert text == "bm=16 (config unknown: RuntimeError: no SM90 here)"
 
 

@@ -161,6 +161,19 @@ def test_24_row_tiles_only_where_they_make_waves(experts, rows, shape, want):
         assert launch.rows_per_cta == want, (routing, launch.spec.symbol)
 
 
+@pytest.mark.parametrize("routes,nt", [(8, 2), (14, 2), (15, 4), (64, 4), (0, 4)])
+def test_short_k_decode_one_wave_takes_128_row_tiles(routes, nt):
+    # TP8 down (N 7168, K 256) at 8-row blocks: 8 routes make 8 x 28 tiles of 256 weight rows for
+    # 3 x 132 resident CTAs (8 routes: at most 8 blocks); 15 routes may make 15 blocks,
+    # 420 tiles (0: the route count is not known). Few experts with many routes: many blocks.
+    launch = dispatch.select_indexed(IndexedProblem(7168, 256, 384, 1, 8, routes))
+    assert launch.spec.family == "indexed_mma_sk" and launch.spec.config["NT"] == nt
+    deep = dispatch.select_indexed(IndexedProblem(7168, 2048, 48, 1, 8, routes))  # deep K: NT as before
+    assert deep.spec.config["NT"] == dispatch.streamk_shape(7168, 2048, 8)["NT"]
+    assert dispatch.select_indexed(IndexedProblem(7168, 256, 384, 1, 8, routes), tuning="NT=4").spec.config["NT"] == 4
+    assert dispatch.select_indexed(IndexedProblem(7168, 256, 3, 1, 8, max(routes, 1) * 100)).spec.config["NT"] == 4
+
+
 def test_mid_batch_block_model():
     # 16 or 24 by the prefill model's expected cost: 24 from 11 rows an expert.
     assert [dispatch.mid_batch_block_m(t) for t in range(9, 17)] == [16, 16] + [24] * 6

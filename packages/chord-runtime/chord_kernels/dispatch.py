@@ -208,6 +208,7 @@ class IndexedProblem:
     num_experts: int
     top_k: int
     block_m: int  # routing block size used by moe_align_block_size
+    num_routes: int = 0  # M x top_k of the call: at most this many routed rows (0: not known)
 
 
 @dataclass(frozen=True)
@@ -544,9 +545,27 @@ def choose_indexed_mma(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning
     return indexed_mma(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
 
 
+# A launch whose tiles cannot fill the resident CTAs (TP8 down at T=1: 8 routes x 28 tiles of 256
+# weight rows for 396 CTAs) takes 128 weight rows a tile on short K: twice the tiles, every CTA busy
+# (ncu, base clock: TP8 T=1 down 10.7 -> 9.75 µs; from T=8, 1792+ tiles, NT 4 stays: NT 2 +10-17 %,
+# benchmarks/results/sweeps/2026-12-03_v36_tp8_t1_nt2/).
+def one_wave_decode(problem: IndexedProblem, launch: Launch, sms: int = H200_SMS) -> bool:
+    """Every routing block the call can have (at most routes / block_m full ones plus one partial
+    an expert with routes) fits its tiles in ``launch``'s resident CTAs."""
+    routes = problem.num_routes
+    if not routes:
+        return False
+    blocks = min(routes, routes // problem.block_m + min(problem.num_experts, routes))
+    tiles = blocks * launch.ctas_per_block(problem) * -(-problem.n // launch.cols_per_cta)
+    return tiles < launch.spec.min_blocks_per_sm * sms
+
+
 def choose_indexed_mma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
     cfg = apply_tuning(streamk_shape(problem.n, problem.k, problem.block_m), problem.k, tuning)
-    return indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
+    launch = indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
+    if cfg["NT"] == 4 and problem.k < WGMMA_MIN_K and "NT" not in parse_tuning(tuning) and one_wave_decode(problem, launch):
+        launch = indexed_mma_streamk(2, cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
+    return launch
 
 
 def choose_indexed_wgmma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
@@ -633,8 +652,9 @@ def indexed_profile_launches(n: int, k: int, arch: str = DEFAULT_ARCH) -> list[L
     seen: dict[str, Launch] = {}
     # The blocks the rule asks for, plus CHORD_W4A16_BLOCK_M sizes between them (the mma tile).
     for block_m in sorted(set(INDEXED_BLOCK_M_CHOICES) | {24, 40, 48, 56}):
-        launch = select_indexed(IndexedProblem(n, k, 1, 1, block_m), arch)
-        seen.setdefault(launch.spec.symbol, launch)
+        for routes in (0, 1):  # 1: a one-wave decode launch (one_wave_decode)
+            launch = select_indexed(IndexedProblem(n, k, 1, 1, block_m, routes), arch)
+            seen.setdefault(launch.spec.symbol, launch)
     return list(seen.values())
 
 

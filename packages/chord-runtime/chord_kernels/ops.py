@@ -180,7 +180,8 @@ def _indexed_plan(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, b
     num_blocks, sorted_len = expert_ids.numel(), sorted_ids.numel()
     _require(num_blocks * block_m >= sorted_len,
              f"expert_ids has {num_blocks} blocks of {block_m}, too few for {sorted_len} sorted_ids")
-    problem = IndexedProblem(n=n, k=k, num_experts=packed.num_experts, top_k=top_k, block_m=block_m)
+    problem = IndexedProblem(n=n, k=k, num_experts=packed.num_experts, top_k=top_k, block_m=block_m,
+                             num_routes=m * top_k)
     launch = select_indexed(problem, kernel_arch(_device_index(a.device)), family, tuning)
     kernel = _load(launch, a.device)
     grid, scratch = _launch_grid(kernel, launch, a.device, k, launch.grid(problem, num_blocks),
