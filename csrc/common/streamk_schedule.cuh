@@ -185,6 +185,17 @@ struct RowTilesAhead {
 // store is 512 contiguous bytes).
 // kCompactSum: the finisher's loop over contributors stays rolled (the tile loop's split tail: at
 // most TailSplit::kMaxSplit of them, off the hot path; unrolled it doubled the kernel's code).
+// One thread's count on a split tile's lock, release and acquire at GPU scope: after the barrier
+// over the contributing threads it publishes the whole CTA's partial stores (fence cumulativity, as
+// a grid-wide barrier's arrival does), and in the last contributor it makes every other
+// contributor's partials visible to the threads past the next barrier. One fence a CTA where every
+// thread's __threadfence (MEMBAR.SC.GPU) was one a thread.
+__device__ __forceinline__ int count_acq_rel(int32_t* lock) {
+  int old;
+  asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(lock) : "memory");
+  return old;
+}
+
 template <int kThreads, int kAcc, int kStride = 1, bool kCompactSum = false>
 struct SplitPartials {
   static_assert(kAcc % 4 == 0, "partials move as float4");
@@ -201,12 +212,10 @@ struct SplitPartials {
 #pragma unroll
     for (int i = 0; i < kAcc / 4; ++i)
       __stcg(mine + i * kStride, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
-    __threadfence();  // partial visible device-wide before the count says so
-    sync();
-    if (tid == 0) *flag = atomicAdd(lock, 1) == contributors - 1;
+    sync();  // every thread's partial stored before thread 0 counts the CTA
+    if (tid == 0) *flag = count_acq_rel(lock) == contributors - 1;
     sync();
     if (!*flag) return false;  // uniform over the threads
-    __threadfence();
     if (tid == 0) *lock = 0;  // every contributor has counted: ready for the next launch
     return true;
   }
