@@ -176,15 +176,6 @@ struct RowTilesAhead {
   }
 };
 
-// FP32 partial sums of one split tile, added deterministically, by the kThreads threads (tid
-// 0..kThreads-1) that hold its kAcc accumulators each. Every contributor writes its partial to a
-// workspace slot of its own and counts itself on the tile's lock; the last to count adds the
-// partials in contributor order (the same order whoever finishes: the same bits run to run) and
-// re-zeroes the lock for the next launch. No contributor ever waits for another. A thread's float4
-// groups lie kStride float4s apart in its slot (1: contiguous; kThreads: group-major, so a warp's
-// store is 512 contiguous bytes).
-// kCompactSum: the finisher's loop over contributors stays rolled (the tile loop's split tail: at
-// most TailSplit::kMaxSplit of them, off the hot path; unrolled it doubled the kernel's code).
 // One thread's count on a split tile's lock, release and acquire at GPU scope: after the barrier
 // over the contributing threads it publishes the whole CTA's partial stores (fence cumulativity, as
 // a grid-wide barrier's arrival does), and in the last contributor it makes every other
@@ -196,6 +187,15 @@ __device__ __forceinline__ int count_acq_rel(int32_t* lock) {
   return old;
 }
 
+// FP32 partial sums of one split tile, added deterministically, by the kThreads threads (tid
+// 0..kThreads-1) that hold its kAcc accumulators each. Every contributor writes its partial to a
+// workspace slot of its own and counts itself on the tile's lock; the last to count adds the
+// partials in contributor order (the same order whoever finishes: the same bits run to run) and
+// re-zeroes the lock for the next launch. No contributor ever waits for another. A thread's float4
+// groups lie kStride float4s apart in its slot (1: contiguous; kThreads: group-major, so a warp's
+// store is 512 contiguous bytes).
+// kCompactSum: the finisher's loop over contributors stays rolled (the tile loop's split tail: at
+// most TailSplit::kMaxSplit of them, off the hot path; unrolled it doubled the kernel's code).
 template <int kThreads, int kAcc, int kStride = 1, bool kCompactSum = false>
 struct SplitPartials {
   static_assert(kAcc % 4 == 0, "partials move as float4");
