@@ -13,7 +13,8 @@ g = torch.Generator().manual_seed(0)
 CASES = {"mma": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
          # stream-K: many tiles per CTA; a few long-K tiles each split over many CTAs (the fix-up)
          # the short-K tile (N >= 2048, K < 1024: 256 weight rows, 128-column stages), K 384 an odd
-         # stage count
+         # stage count; the calls of a few tiles (all but the 300- and 150-token ones) take the
+         # 4-deep ring (dispatch.few_tiles_decode)
          "mma_sk": ((8, 64, 256, 5, 2, 8), (4, 160, 320, 9, 2, 16), (3, 512, 2048, 2, 8, 8),
                     (3, 2048, 256, 300, 2, 8), (3, 2048, 384, 150, 2, 16),
                     # few routes on short K: the one-wave decode tile (128 weight rows)

@@ -174,6 +174,28 @@ def test_short_k_decode_one_wave_takes_128_row_tiles(routes, nt):
     assert dispatch.select_indexed(IndexedProblem(7168, 256, 3, 1, 8, max(routes, 1) * 100)).spec.config["NT"] == 4
 
 
+@pytest.mark.parametrize("routes,stages", [(8, 4), (16, 4), (32, 4), (49, 4), (50, 3), (64, 3), (0, 3)])
+def test_few_tiles_decode_takes_a_4_deep_ring(routes, stages):
+    # TP8 gate_up (N 512, K 7168) at 8-row blocks: a route is at most one block of 4 tiles of 128
+    # weight rows; up to 198 tiles (half of 3 x 132 resident CTAs) the ring is 4 deep (2 CTAs an SM).
+    launch = dispatch.select_indexed(IndexedProblem(512, 7168, 384, 8, 8, routes))
+    assert launch.spec.family == "indexed_mma_sk" and launch.spec.config["STAGES"] == stages
+    assert launch.spec.config["NT"] == 2 and (launch.spec.min_blocks_per_sm == 2) == (stages == 4)
+    tuned = dispatch.select_indexed(IndexedProblem(512, 7168, 384, 8, 8, routes), tuning="STAGES=3")
+    assert tuned.spec.config["STAGES"] == 3  # an override wins
+    # EP8 (48 experts): 64 routes may make 56 blocks of 32 tiles; TP8 down's 8 routes 448 tiles.
+    assert dispatch.select_indexed(IndexedProblem(4096, 7168, 48, 8, 8, 64)).spec.config["STAGES"] == 3
+    assert dispatch.select_indexed(IndexedProblem(7168, 256, 384, 8, 8, 8)).spec.config["STAGES"] == 3
+
+
+def test_decode_launches_are_compiled_ahead():
+    # The precompile list (every launch the heuristic reaches) holds the decode variants.
+    symbols = {launch.spec.symbol for launch in dispatch.indexed_profile_launches(512, 7168)}
+    assert {"chord_indexed_mma_sk_NT2_TT1_STAGE_K256_STAGES3", "chord_indexed_mma_sk_NT2_TT1_STAGE_K256_STAGES4"} <= symbols
+    assert "chord_indexed_mma_sk_NT2_TT1_STAGE_K128_STAGES3" in {
+        launch.spec.symbol for launch in dispatch.indexed_profile_launches(7168, 256)}
+
+
 def test_mid_batch_block_model():
     # 16 or 24 by the prefill model's expected cost: 24 from 11 rows an expert.
     assert [dispatch.mid_batch_block_m(t) for t in range(9, 17)] == [16, 16] + [24] * 6

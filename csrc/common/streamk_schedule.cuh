@@ -196,7 +196,12 @@ __device__ __forceinline__ int count_acq_rel(int32_t* lock) {
 // store is 512 contiguous bytes).
 // kCompactSum: the finisher's loop over contributors stays rolled (the tile loop's split tail: at
 // most TailSplit::kMaxSplit of them, off the hot path; unrolled it doubled the kernel's code).
-template <int kThreads, int kAcc, int kStride = 1, bool kCompactSum = false>
+// kCountPerCta: the CTA's count is one acquire-release atomic after the contributors' barrier
+// (count_acq_rel; stream-K decode -1 to -5 %, indexed-kernels.md v38); false: every thread's
+// __threadfence on both sides and a relaxed count. The tile loop keeps the fences: its split tail
+// is a few pieces of the last wave, and with the count the indexed 256 x 128 tile's consumer loop
+// scheduled differently and ran +3 % at EP8 T=2048/8192 (ncu, ABBA; v39).
+template <int kThreads, int kAcc, int kStride = 1, bool kCompactSum = false, bool kCountPerCta = true>
 struct SplitPartials {
   static_assert(kAcc % 4 == 0, "partials move as float4");
   // The finisher's sums in flight (registers) for tiles holding their accumulators in registers
@@ -212,10 +217,19 @@ struct SplitPartials {
 #pragma unroll
     for (int i = 0; i < kAcc / 4; ++i)
       __stcg(mine + i * kStride, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
-    sync();  // every thread's partial stored before thread 0 counts the CTA
-    if (tid == 0) *flag = count_acq_rel(lock) == contributors - 1;
-    sync();
-    if (!*flag) return false;  // uniform over the threads
+    if constexpr (kCountPerCta) {
+      sync();  // every thread's partial stored before thread 0 counts the CTA
+      if (tid == 0) *flag = count_acq_rel(lock) == contributors - 1;
+      sync();
+      if (!*flag) return false;  // uniform over the threads
+    } else {
+      __threadfence();  // this thread's partial visible device-wide before the count says so
+      sync();
+      if (tid == 0) *flag = atomicAdd(lock, 1) == contributors - 1;
+      sync();
+      if (!*flag) return false;  // uniform over the threads
+      __threadfence();  // the other contributors' partials visible to this thread
+    }
     if (tid == 0) *lock = 0;  // every contributor has counted: ready for the next launch
     return true;
   }

@@ -39,7 +39,7 @@ struct WgmmaTiles {
   static constexpr int kClaimBarrier = 3;    // of the producer warpgroup: its claim is in shared memory
   // A split tile's partials (TailSplit): group-major, so a warp's store is 512 contiguous bytes.
   static constexpr int kAcc = WM * Tile::Mma::kAccRegs;  // FP32 accumulators per consumer thread
-  using Partials = SplitPartials<kConsumerThreads, kAcc, kConsumerThreads, /*kCompactSum=*/true>;
+  using Partials = SplitPartials<kConsumerThreads, kAcc, kConsumerThreads, /*kCompactSum=*/true, /*kCountPerCta=*/false>;
   // The loop's state costs the producer registers: at the one-tile split (72/216) some tiles
   // spill 4-16 bytes, and 72/216 measured slower everywhere (indexed-kernels.md v16); BLOCK_K 128
   // (stage pairs) spilled even at 88/208 while it copied its weights with cp.async (104/200 is

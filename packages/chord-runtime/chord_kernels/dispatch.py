@@ -277,6 +277,9 @@ def mma_register_estimate(nt: int, tt: int) -> int:
     return -(-int(est * 1.1) // 8) * 8
 
 
+MAX_CTAS_PER_SM = 4  # the mma launches' occupancy cap
+
+
 def mma_launch(family: str, header: str, body: str, template_args: tuple, nt: int, tt: int,
                stage_k: int, stages: int, arch: str, extra_regs: int = 0) -> Launch:
     """A tensor-core (common/w4a16_mma_tile.cuh) launch: 4 warps x ``nt`` 16-row weight tiles,
@@ -288,7 +291,7 @@ def mma_launch(family: str, header: str, body: str, template_args: tuple, nt: in
     by_regs = 65536 // (128 * (mma_register_estimate(nt, tt) + extra_regs))
     spec = KernelSpec(family=family, header=header, body=body, params_type="chord::MoeParams",
                       template_args=template_args, threads=128,
-                      min_blocks_per_sm=max(1, min(4, by_smem, by_regs)), arch=arch)
+                      min_blocks_per_sm=max(1, min(MAX_CTAS_PER_SM, by_smem, by_regs)), arch=arch)
     return Launch(spec, rows_per_cta=8 * tt, cols_per_cta=4 * nt * 16, smem_bytes=smem)
 
 
@@ -545,26 +548,57 @@ def choose_indexed_mma(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning
     return indexed_mma(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
 
 
+def decode_tiles(problem: IndexedProblem, launch: Launch) -> int | None:
+    """The most tiles ``launch`` can have for the call: every routing block it can have (at most
+    routes / block_m full ones plus one partial an expert with routes) times the block's tiles;
+    None when the route count is not known."""
+    routes = problem.num_routes
+    if not routes:
+        return None
+    blocks = min(routes, routes // problem.block_m + min(problem.num_experts, routes))
+    return blocks * launch.ctas_per_block(problem) * -(-problem.n // launch.cols_per_cta)
+
+
+def resident_ctas(launch: Launch, sms: int = H200_SMS) -> int:
+    return launch.spec.min_blocks_per_sm * sms
+
+
 # A launch whose tiles cannot fill the resident CTAs (TP8 down at T=1: 8 routes x 28 tiles of 256
 # weight rows for 396 CTAs) takes 128 weight rows a tile on short K: twice the tiles, every CTA busy
 # (ncu, base clock: TP8 T=1 down 10.7 -> 9.75 µs; from T=8, 1792+ tiles, NT 4 stays: NT 2 +10-17 %,
 # benchmarks/results/sweeps/2026-12-03_v36_tp8_t1_nt2/).
 def one_wave_decode(problem: IndexedProblem, launch: Launch, sms: int = H200_SMS) -> bool:
-    """Every routing block the call can have (at most routes / block_m full ones plus one partial
-    an expert with routes) fits its tiles in ``launch``'s resident CTAs."""
-    routes = problem.num_routes
-    if not routes:
-        return False
-    blocks = min(routes, routes // problem.block_m + min(problem.num_experts, routes))
-    tiles = blocks * launch.ctas_per_block(problem) * -(-problem.n // launch.cols_per_cta)
-    return tiles < launch.spec.min_blocks_per_sm * sms
+    """Every routing block the call can have fits its tiles in ``launch``'s resident CTAs."""
+    tiles = decode_tiles(problem, launch)
+    return tiles is not None and tiles < resident_ctas(launch, sms)
+
+
+# A launch with at most half as many tiles as resident CTAs splits every tile over 2+ CTAs (TP8
+# gate_up at T=1: 32 tiles of 28 stages, ~12 CTAs a tile). A 4-deep ring (2 CTAs an SM where 3
+# stages fit 3) makes a third fewer CTAs and so fewer contributors a split tile, each with a
+# longer run (ncu, base clock, v39: TP8 gate_up T=1 -13.8 %, T=2 -9.2 %, T=4 -7.1 %; at T=8, 256
+# tiles, +1.2 %; EP8 T=2/4 +3 to +6 %, which the host cannot tell from EP8 T=1's -10 %: its local
+# routes are unknown, so it keeps 3, benchmarks/results/sweeps/2026-12-03_v39_decode_stages/).
+FEW_TILES_STAGES = 4
+
+
+def few_tiles_decode(problem: IndexedProblem, launch: Launch, sms: int = H200_SMS) -> bool:
+    """``launch``'s tiles (decode_tiles) are at most half its resident CTAs."""
+    tiles = decode_tiles(problem, launch)
+    return tiles is not None and 2 * tiles <= resident_ctas(launch, sms)
 
 
 def choose_indexed_mma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
     cfg = apply_tuning(streamk_shape(problem.n, problem.k, problem.block_m), problem.k, tuning)
     launch = indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
-    if cfg["NT"] == 4 and problem.k < WGMMA_MIN_K and "NT" not in parse_tuning(tuning) and one_wave_decode(problem, launch):
-        launch = indexed_mma_streamk(2, cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
+    tuned = parse_tuning(tuning)
+    if cfg["NT"] == 4 and problem.k < WGMMA_MIN_K and "NT" not in tuned and one_wave_decode(problem, launch):
+        cfg["NT"] = 2
+        launch = indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
+    if "STAGES" not in tuned and few_tiles_decode(problem, launch):
+        deeper = indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], FEW_TILES_STAGES, arch=arch)
+        if deeper.smem_bytes + 1024 <= SMEM_PER_SM:  # the deeper ring fits an SM (every decode tile's does)
+            launch = deeper
     return launch
 
 
@@ -651,9 +685,12 @@ def indexed_profile_launches(n: int, k: int, arch: str = DEFAULT_ARCH) -> list[L
     """Every launch the heuristic can pick for a projection shape (every routing block size)."""
     seen: dict[str, Launch] = {}
     # The blocks the rule asks for, plus CHORD_W4A16_BLOCK_M sizes between them (the mma tile).
+    # The decode rules (one_wave_decode, few_tiles_decode) depend on the call's block count only:
+    # with an expert a route every count up to the most resident CTAs (past it neither holds)
+    # reaches every branch; 0 is a call of unknown routes.
     for block_m in sorted(set(INDEXED_BLOCK_M_CHOICES) | {24, 40, 48, 56}):
-        for routes in (0, 1):  # 1: a one-wave decode launch (one_wave_decode)
-            launch = select_indexed(IndexedProblem(n, k, 1, 1, block_m, routes), arch)
+        for routes in range(MAX_CTAS_PER_SM * H200_SMS + 1):
+            launch = select_indexed(IndexedProblem(n, k, max(routes, 1), 1, block_m, routes), arch)
             seen.setdefault(launch.spec.symbol, launch)
     return list(seen.values())
 
