@@ -196,6 +196,15 @@ def test_decode_launches_are_compiled_ahead():
         launch.spec.symbol for launch in dispatch.indexed_profile_launches(7168, 256)}
 
 
+def test_precompile_probes_do_not_print_configs(monkeypatch, capsys):
+    # CHORD_PRINT_CONFIGS reports the calls' choices, not the hundreds of problems the list probes.
+    monkeypatch.setenv("CHORD_PRINT_CONFIGS", "1")
+    dispatch.indexed_profile_launches(512, 7168)
+    assert capsys.readouterr().err == ""
+    dispatch.select_indexed(IndexedProblem(512, 7168, 384, 8, 8, 8))
+    assert "indexed_mma_sk" in capsys.readouterr().err
+
+
 def test_mid_batch_block_model():
     # 16 or 24 by the prefill model's expected cost: 24 from 11 rows an expert.
     assert [dispatch.mid_batch_block_m(t) for t in range(9, 17)] == [16, 16] + [24] * 6

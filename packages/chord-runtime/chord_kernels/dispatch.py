@@ -666,6 +666,15 @@ def mid_batch_family(rows: int, n: int, k: int) -> str | None:
 
 def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: str = "auto",
                    tuning: str = "") -> Launch:
+    launch = pick_indexed(problem, arch, family, tuning)
+    report_choice(problem, launch.spec)
+    return launch
+
+
+def pick_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: str = "auto",
+                 tuning: str = "") -> Launch:
+    """select_indexed without CHORD_PRINT_CONFIGS's report (the precompile list probes hundreds
+    of problems)."""
     family = resolve_indexed_family(problem, family)
     if family == "simple":
         launch = indexed_simple(arch)
@@ -677,7 +686,6 @@ def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: st
         launch = choose_indexed_wgmma_streamk(problem, arch, tuning)
     else:
         launch = choose_indexed_mma(problem, arch, tuning)
-    report_choice(problem, launch.spec)
     return launch
 
 
@@ -690,7 +698,7 @@ def indexed_profile_launches(n: int, k: int, arch: str = DEFAULT_ARCH) -> list[L
     # reaches every branch; 0 is a call of unknown routes.
     for block_m in sorted(set(INDEXED_BLOCK_M_CHOICES) | {24, 40, 48, 56}):
         for routes in range(MAX_CTAS_PER_SM * H200_SMS + 1):
-            launch = select_indexed(IndexedProblem(n, k, max(routes, 1), 1, block_m, routes), arch)
+            launch = pick_indexed(IndexedProblem(n, k, max(routes, 1), 1, block_m, routes), arch)
             seen.setdefault(launch.spec.symbol, launch)
     return list(seen.values())
 
