@@ -18,7 +18,9 @@ CASES = {"mma": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
          "mma_sk": ((8, 64, 256, 5, 2, 8), (4, 160, 320, 9, 2, 16), (3, 512, 2048, 2, 8, 8),
                     (3, 2048, 256, 300, 2, 8), (3, 2048, 384, 150, 2, 16),
                     # few routes on short K: the one-wave decode tile (128 weight rows)
-                    (3, 2048, 256, 2, 2, 8), (3, 2048, 384, 3, 2, 16)),
+                    (3, 2048, 256, 2, 2, 8), (3, 2048, 384, 3, 2, 16),
+                    # ~58 blocks x 8 tiles of 2 stages: runs of 3 grow to 4 (whole tiles, streamk_run.cuh)
+                    (3, 2048, 256, 224, 2, 8)),
          "simple": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
          # wgmma tile, stream-K: long-K tiles split over many CTAs; ~8 short tiles per CTA (the
          # ring across tiles); K = 640 wraps the 8-slot ring; N = 160 half past a 128-column tile

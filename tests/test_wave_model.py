@@ -107,3 +107,40 @@ def test_tail_split_mirror_matches_the_kernel_header(tmp_path, real_nvcc):
     for case, line in zip(cases, lines, strict=True):
         got = [tuple(map(int, u.split())) for u in line.split(";") if u]
         assert got == wave_model.tail_pieces(*case), case
+
+
+@pytest.mark.parametrize("tiles,stages,grid,want", [
+    (448, 2, 396, 4),     # TP8 down T=2 (16 blocks x 28 tiles of K=256): runs of 3 -> whole tiles, 4
+    (896, 2, 396, 6),     # T=4: 5 -> 6
+    (672, 2, 396, 4),     # T=3: equal runs are whole already
+    (224, 2, 528, 2),     # fewer tiles than CTAs: one tile a run (no cut) costs nothing more
+    (32, 28, 264, 4),     # TP8 gate_up T=1: a tile over 7 CTAs stays split (whole: 28 a run)
+    (392, 8, 396, 8),     # deep K, one tile a CTA: 8 either way
+    (700, 8, 396, 16),    # deep K: whole tiles (16) one more than equal runs (15): whole
+    (600, 8, 396, 13),    # whole tiles 3 more than equal runs: equal, tiles cut
+    (700, 28, 396, 50),   # 56 would be 6 more: equal runs, tiles cut
+])
+def test_streamk_run_rule(tiles, stages, grid, want):
+    assert wave_model.streamk_run(tiles, stages, grid) == want
+
+
+def test_streamk_whole_runs_cut_no_tile():
+    assert wave_model.streamk_cut_tiles(448, 2, 396) == 0  # T=2 TP8 down: no tile summed through the workspace
+    assert wave_model.streamk_cut_tiles(32, 28, 264) == 32  # decode gate_up: every tile split, as before
+
+
+def test_streamk_run_mirror_matches_the_kernel_header(tmp_path, real_nvcc):
+    """The host mirror against csrc/common/streamk_run.cuh itself, compiled for the host by nvcc."""
+    from chord_kernels.jit.paths import csrc_dir
+
+    cases = list(itertools.product((1, 31, 224, 395, 396, 397, 448, 672, 896, 1792, 14000), (1, 2, 4, 8, 28, 112),
+                                   (7, 132, 264, 396, 528)))
+    src = tmp_path / "run.cu"
+    src.write_text('#include <cstdio>\n#include "common/streamk_run.cuh"\nint main() {\n  const int c[][3] = {'
+                   + ",".join("{" + ",".join(map(str, case)) + "}" for case in cases) + "};\n"
+                   '  for (const auto& x : c) std::printf("%d\\n", chord::streamk_run(x[0], x[1], x[2]));\n}\n')
+    exe = tmp_path / "run"
+    subprocess.run([real_nvcc, "-std=c++17", "-I", str(csrc_dir()), "-o", str(exe), str(src)], check=True,
+                   capture_output=True)
+    lines = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
+    assert [int(x) for x in lines] == [wave_model.streamk_run(*case) for case in cases]

@@ -4,8 +4,10 @@
 // The work is the flat sequence of iterations (row tile, CTA column tile, K stage), stage
 // fastest. The grid is every CTA the GPU holds at once; whole waves of tiles go round-robin over
 // the CTAs, and the rest (the last one to two waves) is split into equal contiguous runs of
-// iterations, one per CTA (StreamKWork). Every CTA streams the same number of weight bytes, and
-// its ring runs on across tile boundaries (no per-tile refill, no partly empty last wave).
+// iterations, one per CTA (StreamKWork), or runs of whole tiles where that costs at most one
+// iteration more (streamk_run.cuh: short K, where a cut tile's fix-up costs more than that).
+// Every CTA streams about the same number of weight bytes, and its ring runs on across tile
+// boundaries (no per-tile refill, no partly empty last wave).
 //
 // A tile cut by a run boundary is summed deterministically: every contributing CTA writes its
 // FP32 partial to a workspace slot of its own (slot 0: the tile began in an earlier CTA's run,
@@ -23,6 +25,7 @@
 #include <stdint.h>
 
 #include "common/moe_params.cuh"
+#include "common/streamk_run.cuh"
 
 namespace chord {
 
@@ -51,8 +54,8 @@ __device__ __forceinline__ RowRef fetch_row(const MoeParams& p, int row_tile, in
 //   expert's weights — and those stay in L2, as with one CTA per tile (prefill: a stream-K run of
 //   whole row tiles per CTA re-read each CTA's activation rows from DRAM for every column tile).
 //   Stream-K part: the last one to two waves' iterations, [dp_tiles * stages, tiles * stages),
-//   split into equal contiguous runs, one per CTA: no partly empty last wave. With fewer tiles than
-//   CTAs (decode) it is all of the work.
+//   split into contiguous runs of streamk_run iterations, one per CTA: no partly empty last
+//   wave. With fewer tiles than CTAs (decode) it is all of the work.
 // Short K (K < kDataParallelMinK) runs all of it as stream-K: a tile is then one to four stages,
 // and a contiguous run keeps one row tile (its indices, its activation rows) for many tiles,
 // where the round-robin order fetched a new row tile's indices every tile (measured, H200, TP8
@@ -77,7 +80,7 @@ struct StreamKWork {
     const bool all_whole = rem == 0 || (whole_last_wave && rem * kWholeLastWaveDen >= grid * kWholeLastWaveNum);
     dp_tiles = k < kDataParallelMinK ? 0 : all_whole ? tiles : max(waves - 1, 0) * grid;
     const int base = dp_tiles * stages, sk_total = (tiles - dp_tiles) * stages;
-    sk_run = (sk_total + grid - 1) / grid;
+    sk_run = streamk_run(tiles - dp_tiles, stages, grid);
     sk0 = base + min((int)blockIdx.x * sk_run, sk_total);
     sk1 = base + min((int)blockIdx.x * sk_run + sk_run, sk_total);
   }

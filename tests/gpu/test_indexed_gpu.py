@@ -129,12 +129,14 @@ def test_no_host_sync_and_deterministic():
 
 def test_streamk_split_tiles_and_locks_left_zero(kernel_family):
     """Few long-K tiles spread over every resident CTA (each tile summed from many partials), then
-    many short tiles per CTA; the fix-up locks are zero again after each launch."""
+    many short tiles per CTA, and TP8 down at T=2 and 4, whose runs grow to whole tiles
+    (streamk_run.cuh); the fix-up locks are zero again after each launch."""
     from chord_kernels import ops
 
     if kernel_family not in ("mma_sk", "wgmma_sk"):
         pytest.skip("stream-K schedules only")
-    for shape, tokens in (("tp8_gate_up", 1), ("ep8_gate_up", 1), ("tp8_down", 20), ("ep8_down", 64)):
+    for shape, tokens in (("tp8_gate_up", 1), ("ep8_gate_up", 1), ("tp8_down", 20), ("ep8_down", 64), ("tp8_down", 2),
+                          ("tp8_down", 4)):
         problem = make_problem(shape, tokens, seed=31)
         for block_m in (8, 16, 64, 96):
             sorted_ids, expert_ids, ntp = align(problem, block_m)

@@ -123,3 +123,25 @@ def tail_pieces(tiles: int, grid: int, stages: int, stage_step: int = 1) -> list
         t, q = divmod(v, split)
         units.append((whole + t, q * steps // split * stage_step, (q + 1) * steps // split * stage_step, v))
     return units
+
+
+# A stream-K run grows by at most this many iterations to end on a tile boundary (the mirror of
+# csrc/common/streamk_run.cuh, which says why: on short K an odd run cuts every other tile, and
+# a cut tile's fix-up costs more than the iteration).
+WHOLE_TILE_RUN_SLACK = 1
+
+
+def streamk_run(tiles: int, stages: int, grid: int) -> int:
+    """Iterations a CTA of a stream-K launch runs for ``tiles`` tiles of ``stages`` iterations on
+    ``grid`` CTAs: equal runs, or whole tiles a run where that costs at most WHOLE_TILE_RUN_SLACK
+    more (chord::streamk_run, which the kernels apply on the device to the routing's tiles)."""
+    equal = -(-tiles * stages // grid)
+    whole = -(-tiles // grid) * stages
+    return whole if whole - equal <= WHOLE_TILE_RUN_SLACK else equal
+
+
+def streamk_cut_tiles(tiles: int, stages: int, grid: int) -> int:
+    """Tiles that runs of streamk_run iterations cut (each summed through the workspace)."""
+    run = streamk_run(tiles, stages, grid)
+    bounds = {b for b in range(run, tiles * stages, run)}
+    return sum(1 for t in range(tiles) if any(t * stages < b < (t + 1) * stages for b in bounds))
