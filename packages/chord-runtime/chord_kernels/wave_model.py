@@ -139,9 +139,3 @@ def streamk_run(tiles: int, stages: int, grid: int) -> int:
     whole = -(-tiles // grid) * stages
     return whole if whole - equal <= WHOLE_TILE_RUN_SLACK else equal
 
-
-def streamk_cut_tiles(tiles: int, stages: int, grid: int) -> int:
-    """Tiles that runs of streamk_run iterations cut (each summed through the workspace)."""
-    run = streamk_run(tiles, stages, grid)
-    bounds = {b for b in range(run, tiles * stages, run)}
-    return sum(1 for t in range(tiles) if any(t * stages < b < (t + 1) * stages for b in bounds))
