@@ -8,12 +8,12 @@
 #   e.g. bash benchmarks/ncu_point.sh humming ep8 128 gate_up
 #        CHORD_W4A16_INDEXED_KERNEL=wgmma_sk bash benchmarks/ncu_point.sh chord ep8 128 gate_up uniform wgsk
 #
-# Writes $OUT/ncu_<side>_<scn>_<proj>_T<T>_<dist>[_<label>].{ncu-rep,txt,raw.csv} (full section set,
+# Writes $OUT/ncu_<side>_<scn>_<proj>_T<T>_<dist>[_<label>].{ncu-rep,txt,raw.csv,sass.csv} (full section set,
 # clocks not locked, so times match the benchmark's). NCU_SET overrides the section set; NCU_METRICS
 # (comma list) adds metrics, e.g. sm__cycles_active.max,sm__cycles_active.min for the SMs' balance.
 # The grouped family: put `-- --family grouped --paths grouped_contiguous` after the arguments.
 # Needs the wheels in .whl/ for the Humming side (carry .whl). Through the device tool, tar $OUT at
-# the end (each point leaves 4 files; the tool brings back only a few files per call).
+# the end (each point leaves 5 files; the tool brings back only a few files per call).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SIDE=$1 SCN=$2 T=$3 PROJ=$4; shift 4
@@ -52,5 +52,8 @@ echo "$NAME: ncu exit=$?"
 grep -E "check=|ERROR|Error" "$OUT/$NAME.log" | head -5
 ncu --import "$OUT/$NAME.ncu-rep" --page details > "$OUT/$NAME.txt" 2>&1
 ncu --import "$OUT/$NAME.ncu-rep" --page raw --csv > "$OUT/$NAME.raw.csv" 2>&1  # every metric (stall reasons, opcodes)
+# per-instruction executed counts and stall samples (the full set's source counters): by source line
+# on the CPU machine with scripts/ncu_lines.py
+ncu --import "$OUT/$NAME.ncu-rep" --page source --csv --print-source sass > "$OUT/$NAME.sass.csv" 2>&1
 grep -E "^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|L2 Hit Rate|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Ipc A" \
   "$OUT/$NAME.txt" | head -30

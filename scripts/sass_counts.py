@@ -61,13 +61,20 @@ def hgmma_loops(lines: list[str]) -> list[tuple[int, Counter]]:
     return sorted(loops, key=lambda loop: loop[0])
 
 
-def analyse(expr: str, workdir: Path, ops: bool) -> str:
+def compile_cubin(expr: str, workdir: Path, csrc: Path | None = None):
+    """(spec, cubin, nvcc's completed process) of a dispatch expression's kernel, built with the
+    JIT's own flags (the cubin the GPU runs; the flags include -lineinfo) from ``csrc``."""
     spec = eval(expr, vars(dispatch)).spec  # a dispatch expression from the command line
     src = workdir / f"{spec.symbol}.cu"
     src.write_text(spec.source())
     cubin = src.with_suffix(".cubin")
-    res = subprocess.run(["nvcc", "-cubin", *compiler.compile_flags(spec, csrc_dir()), "-Xptxas", "-v",
+    res = subprocess.run(["nvcc", "-cubin", *compiler.compile_flags(spec, csrc or csrc_dir()), "-Xptxas", "-v",
                           "-o", str(cubin), str(src)], capture_output=True, text=True)
+    return spec, cubin, res
+
+
+def analyse(expr: str, workdir: Path, ops: bool) -> str:
+    spec, cubin, res = compile_cubin(expr, workdir)
     if res.returncode:
         return f"{expr}: compile failed\n{res.stderr[-2000:]}"
     regs = re.findall(r"Used (\d+) registers", res.stderr)
