@@ -8,8 +8,8 @@ with the JIT's flags (they include -lineinfo) from the same sources; nvcc here a
 machine are the same version, so the SASS is the device's instruction for instruction — the script
 checks every opcode and stops if one differs — and `nvdisasm --print-line-info` names each
 instruction's source line. Prints the executed warp instructions and stall samples by line, then
-by opcode. Why it exists: the device time a source-level profile would take (an -lineinfo rebuild
-on the GPU, ncu's source page) is spent on the CPU machine instead
+by opcode. Why it exists: the profiles do not import the sources (`--import-source no`), so the
+lines are put back after the lease, on the CPU machine, and the device time goes to profiling only
 (`benchmarks/results/ncu/2026-12-03_tp8_down_t512_instructions.md`).
 """
 
