@@ -46,9 +46,9 @@ struct WgmmaTiles {
   // what was measured since; by tensor map 88/208 compiles clean, unmeasured: grouped-kernels.md
   // v20). With 4 consumer warpgroups (640 threads, 96 registers a thread at launch) the one-CTA
   // tile's split, 64/104: both producers load by tensor map, so the loop's state fits 64.
-  // The 96-row tiles on BLOCK_K 64 take 72/216 (compiles clean; v41, ncu at base clock over two
+  // The 96-row tiles on BLOCK_K 64 take 72/216 (compiles clean; v42, ncu at base clock over two
   // leases: indexed EP8 T=512 -1.5 to -2.9 %, TP8 T=8192 gate_up -2.1 to -3.0 %; at 128 rows the
-  // same split was +2.7 to +3.7 %, at 64 rows +3.2 %: indexed-kernels.md v41).
+  // same split was +2.7 to +3.7 %, at 64 rows +3.2 %: indexed-kernels.md v41, v42).
   static constexpr bool kWideConsumers = CWG == 2 && BLOCK_K == 64 && BN == 96;
   static constexpr int kProducerRegs = CWG == 4 ? 64 : kWideConsumers ? 72 : BLOCK_K == 64 ? 88 : 104;
   static constexpr int kConsumerRegs = CWG == 4 ? 104 : kWideConsumers ? 216 : BLOCK_K == 64 ? 208 : 200;
