@@ -485,6 +485,33 @@ def test_grouped_taller_tile_for_a_wave():
     assert dispatch.select_grouped(GroupedProblem("masked", 4096, 7168, 48, 86, 128)).rows_per_cta == 96
 
 
+def test_grouped_tall_tile_from_four_tall_tiles_an_expert():
+    """The offsets form's 240-row tile (WM 1, grouped-kernels.md v27) from TALL_TILE_MIN_ROWS
+    (960) rows an expert: EP32 T=2048 (1358) and every EP at T=8192 take it; EP16 T=2048 (683: -9 %
+    uniform, +7 % skewed) and EP8 T=2048 (344) keep the 256 x 128 tile; masked never weighs it."""
+    def pick(routing, experts, rows, n=4096, k=7168):
+        return dispatch.select_grouped(GroupedProblem(routing, n, k, experts, rows, 64 if routing != "masked" else 128))
+
+    for experts, rows in ((12, 1358), (48, 1365), (24, 2731), (12, 5461)):
+        for n, k in ((4096, 7168), (7168, 2048)):
+            tall = pick("contiguous_offsets", experts, rows, n, k)
+            assert (tall.rows_per_cta, tall.cols_per_cta) == (dispatch.TALL_TILE_ROWS, 128)
+            assert tall.spec.config == {"ROUTING": 2, "WM": 1, "BN": 240, "STAGES": 4, "BLOCK_K": 64, "CWG": 2}
+            assert tall.smem_bytes + 1024 <= dispatch.SMEM_PER_SM
+            assert pick("masked", experts, rows, n, k).rows_per_cta == 128
+    for experts, rows in ((24, 683), (48, 344), (24, 171)):
+        assert pick("contiguous_offsets", experts, rows).rows_per_cta <= 128
+        assert dispatch.TALL_TILE_ROWS not in dispatch.grouped_row_candidates(
+            GroupedProblem("contiguous_offsets", 4096, 7168, experts, rows, 64))
+    assert dispatch.TALL_TILE_ROWS not in dispatch.grouped_row_candidates(GroupedProblem("masked", 4096, 7168, 12,
+                                                                                         1358, 128))
+    # short K has no tile loop to put it on
+    assert dispatch.TALL_TILE_ROWS not in dispatch.grouped_row_candidates(GroupedProblem("contiguous_offsets", 7168,
+                                                                                         256, 384, 1358, 64))
+    assert dispatch.TALL_TILE_ROWS in dispatch.grouped_tile_row_choices("contiguous_offsets")
+    assert dispatch.TALL_TILE_ROWS not in dispatch.grouped_tile_row_choices("masked")
+
+
 def test_grouped_cost_model_prefers_fewer_waves_and_fewer_rows():
     p = GroupedProblem("masked", 4096, 7168, 24, 43, 128)
     l56 = dispatch.grouped_launch("masked", 4096, 7168, 56, 128)

@@ -6,7 +6,8 @@
 // Operands stay swapped: dequantized weights are the register A operand on WGMMA-M (each of the
 // CWG (2 or 4) consumer warpgroups owns WM m64 tiles = 64*WM weight rows; warp w of a warpgroup reads
 // n-tile 4m+w, so the packed per-lane fragment word is exactly its A fragment), the tile's rows
-// are WGMMA-N (BN = 32 at mid batch, 56, 64, 96 or 128; 16 and 48 by override) and come from shared memory, K-major in the 128-byte swizzle,
+// are WGMMA-N (BN = 32 at mid batch, 56, 64, 96 or 128; 240 at WM 1, the grouped offsets form's
+// tall tile; 16 and 48 by override) and come from shared memory, K-major in the 128-byte swizzle,
 // through a descriptor.
 //
 // Warp-specialized: warpgroup 0 is the producer. It gathers each 64-column stage (the consumer
@@ -87,6 +88,7 @@ struct WgmmaTile {
   static constexpr bool kTma = kStagesPerBlock == 1 || kBlockPairs;
   using Mma = WgmmaRS<BN>;
   static_assert(BN % 8 == 0 && BN <= 256, "BN must be a multiple of 8 (one swizzle atom), at most 256");
+  static_assert(WM * BN <= 256, "at most 128 accumulators a consumer thread (2 consumer warpgroups hold 216 registers)");
   static_assert(STAGES >= 2, "the ring needs a slot being read and one being filled");
   static_assert(CWG == 2 || (CWG == 4 && WM * BN <= 112), "4 consumer warpgroups hold at most 56 accumulators a thread");
   static_assert(BLOCK_K % kStageK == 0, "the packed BLOCK_K must be a multiple of 64");

@@ -101,6 +101,33 @@ def test_contiguous_offsets_unaligned(shape, total, skew):
     assert torch.isnan(out[total:].float()).all(), "a row past expert_offsets[-1] was written"
 
 
+@pytest.mark.parametrize("skew", [False, True])
+def test_contiguous_offsets_tall_tile(skew, tile_family, monkeypatch):
+    """1358 rows an expert (EP32 T=2048's count) on the offsets form take the 240-row tile (WM 1,
+    docs/design/grouped-kernels.md v27): 6-7 tiles an expert, the last partial, and the tile
+    loop's split tail where the last wave is short."""
+    from chord_kernels import dispatch, ops
+
+    if tile_family != "auto":
+        pytest.skip("the tall tile is the dispatch's own choice")
+    monkeypatch.setattr(ops, "_grouped_plans", {})
+    e, n, k = SHAPES["ep32_down"]
+    total = 1358 * e
+    codes, scale, packed = weights(e, n, k, "contiguous", seed=21)
+    counts = counts_for(e, total, skew, seed=22)
+    offsets = routing.counts_to_offsets(counts.to(torch.int32)).cuda()
+    m = total + 40
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    out = torch.full((m, n), POISON, dtype=torch.bfloat16, device="cuda")
+    contiguous_offsets(a, packed, offsets, out, expected_m=1358)
+    torch.cuda.synchronize()
+    launch = next(iter(ops._grouped_plans.values()))[1]
+    assert launch.rows_per_cta == dispatch.TALL_TILE_ROWS and launch.spec.config["WM"] == 1
+    experts = torch.repeat_interleave(torch.arange(e), counts).cuda()
+    check(out[:total], ref_rows(a, codes, scale, torch.arange(total, device="cuda"), experts))
+    assert torch.isnan(out[total:].float()).all(), "a row past expert_offsets[-1] was written"
+
+
 @pytest.mark.parametrize("total", [37, 4000])
 def test_output_rows_not_16_byte_aligned(total):
     """An out view whose rows are not 16-byte aligned (row stride N + 12, start 8 bytes in): the

@@ -496,6 +496,36 @@ def wgmma_loads_operands_per_step(cfg: dict[str, int]) -> bool:
     return cfg["CWG"] == 4 and cfg["WM"] * cfg["BN"] > 64
 
 
+# The grouped offsets form's tall tile (grouped-kernels.md v27): 240 rows on WGMMA-N at WM 1 (128
+# weight rows, 120 accumulators a consumer thread; two m64 tiles would need 240), its ring as deep
+# as shared memory allows (4 stages: 36 KB each, beside the epilogue's 69 KB of staging rows).
+# It dequantizes each weight once per 240 rows instead of 128 (forced at equal padding, ~5 % less
+# time a padded row) and pads less where an expert's rows sit just under a multiple of 240.
+TALL_TILE_ROWS = 240
+# Its cost a tile in grouped_launch_cost's units, against a 128-row tile's 1: fitted on the H200
+# (v27, ncu at base clock, contiguous offsets T=2048, both projections): forced against the
+# 256 x 128 tile it measured EP8 +18 %, EP16 -10 %, EP32 -2 to -4 %, where the unscaled model
+# says -1 %, -23 % and -19 %; 1.18 puts all three within 2 %.
+TALL_TILE_COST_SCALE = 1.18
+# The forms that weigh it. Not masked: its BLOCK_K-128 weights come a stage pair at a time, and
+# a 4-slot ring holds two pairs (v27, forced at T=2048: +17 to +71 %; 6 slots of 176 rows still
+# +3 to +12 %). Not the DeepGEMM form: its tiles are powers of two inside 128-row segments.
+TALL_TILE_ROUTINGS = ("contiguous_offsets",)
+# The mean rows an expert (the host's only hint) from which it is weighed: 4 tall tiles. Below,
+# a skewed router's small experts pad a 240-row tile far more than a 128-row one, and the mean
+# cannot tell: v27 measured it at EP16 T=2048 (683 rows) -9 % uniform but +7 % skewed, at EP16
+# T=512 +4 % / +28 %; from EP32 T=2048 (1358 rows) up, -2 to -6 % uniform and -5 to +1 % skewed.
+TALL_TILE_MIN_ROWS = 4 * TALL_TILE_ROWS
+
+
+def tall_wgmma_shape() -> dict[str, int]:
+    """The tall tile's config: WM 1, BN TALL_TILE_ROWS, the deepest ring up to
+    WGMMA_CWG2_STAGES that fits an SM."""
+    stages = max(s for s in range(2, WGMMA_CWG2_STAGES + 1)
+                 if wgmma_smem_bytes(1, TALL_TILE_ROWS, s) <= SMEM_PER_SM - 1024)
+    return {"WM": 1, "BN": TALL_TILE_ROWS, "STAGES": stages, "CWG": 2}
+
+
 def grouped_wgmma_shape(n: int, rows: int, block_k: int) -> dict[str, int]:
     """wgmma_shape for a grouped tile on a weight of ``block_k``. BLOCK_K-128 weights (masked) sit
     in shared memory in memory order, a lane's two stage chunks side by side (32-byte lane stride,
@@ -504,7 +534,9 @@ def grouped_wgmma_shape(n: int, rows: int, block_k: int) -> dict[str, int]:
     per issue vs 1.1 on BLOCK_K 64, 268 vs 227 µs. Those tiles run 2 consumer warpgroups (256 weight
     rows, a stage's words loaded once): masked EP16 T=128 sum 394 -> 342 µs, EP32 T=64 223 -> 183
     (grouped-kernels.md v9). Still so with the tile loop's paired word loads (v24: 4 warpgroups
-    there +11 % at masked EP32 T=64 gate_up)."""
+    there +11 % at masked EP32 T=64 gate_up). Tiles of TALL_TILE_ROWS take tall_wgmma_shape."""
+    if rows == TALL_TILE_ROWS:
+        return tall_wgmma_shape()
     cfg = wgmma_shape(n, rows)
     if block_k == 128 and wgmma_loads_operands_per_step(cfg):
         cfg = {**cfg, "CWG": 2, "STAGES": WGMMA_CWG2_STAGES}
@@ -750,8 +782,11 @@ def grouped_tile_rows(rows_per_expert: int, routing: str = "contiguous") -> int:
 
 
 def grouped_tile_row_choices(routing: str) -> tuple[int, ...]:
-    """Every tile size grouped_tile_rows can give ``routing`` (precompile, reachable launches)."""
-    return GROUPED_TILE_ROWS if routing == "contiguous" else INDEXED_BLOCK_M_CHOICES + MID_BATCH_BLOCK_CHOICES[1:]
+    """Every tile size select_grouped can give ``routing`` (precompile, reachable launches)."""
+    if routing == "contiguous":
+        return GROUPED_TILE_ROWS
+    tall = (TALL_TILE_ROWS,) if routing in TALL_TILE_ROUTINGS else ()
+    return INDEXED_BLOCK_M_CHOICES + MID_BATCH_BLOCK_CHOICES[1:] + tall
 
 
 def grouped_wgmma(routing: str, wm: int, bn: int, stages: int, block_k: int, arch: str = DEFAULT_ARCH,
@@ -829,9 +864,9 @@ def grouped_launch(routing: str, n: int, k: int, rows: int, block_k: int, arch: 
     if family == "mma_sk":
         cfg = streamk_shape(n, k, rows)
         return grouped_mma_streamk(routing, cfg["NT"], cfg["TT"], cfg["STAGE_K"], block_k, cfg["STAGES"], arch)
-    # Grouped tiles (grouped_tile_rows) are 8-32 rows (the stream-K mma tile) or 33+ (the wgmma
-    # tile), so the rule never asks for the one-CTA mma tile here; that kernel is indexed-only.
-    raise ValueError(f"grouped tiles of {rows} rows: no grouped kernel (grouped_tile_rows gives 8-128)")
+    # Grouped tiles (grouped_row_candidates) are 8-32 rows (the stream-K mma tile) or 33+ (the
+    # wgmma tile), so the rule never asks for the one-CTA mma tile here; that kernel is indexed-only.
+    raise ValueError(f"grouped tiles of {rows} rows: no grouped kernel (grouped_row_candidates gives 8-{TALL_TILE_ROWS})")
 
 
 def splits_k(launch: Launch) -> bool:
@@ -871,6 +906,8 @@ def grouped_launch_cost(problem: GroupedProblem, rows: int, launch: Launch, spli
     # BLOCK_COST_SCALE is the 4-warpgroup 512 x 56 tile's; a 56-row tile on 2 warpgroups (BLOCK_K
     # 128) costs what its rows say (v16: masked 56 -> 64-row tiles, 62 -> 66 µs a tile wave, +7 %).
     scale = BLOCK_COST_SCALE.get(rows, 1.0) if launch.spec.config.get("CWG") == 4 else 1.0
+    if rows == TALL_TILE_ROWS:
+        scale = TALL_TILE_COST_SCALE
     per_tile = launch.cols_per_cta * (rows + TILE_FIXED_ROWS) * scale * (stages / split + SPLIT_K_FIXED_STAGES)
     return waves * per_tile
 
@@ -880,14 +917,17 @@ def grouped_row_candidates(problem: GroupedProblem, sms: int = H200_SMS) -> tupl
     (tiles cut on the device, any height) 24 in place of 16 where the indexed rule would take it
     (mid_batch_rows) and past 32 rows every larger prefill block too, so a taller tile may trade
     padding for a wave (grouped_launch_cost). The DeepGEMM form keeps its power of two (a tile
-    never straddles two 128-row aligned segments)."""
+    never straddles two 128-row aligned segments). The offsets form on deep K weighs the tall
+    tile (TALL_TILE_ROWS) too, from TALL_TILE_MIN_ROWS rows an expert."""
     rows = grouped_tile_rows(problem.rows_per_expert, problem.routing)
     if problem.routing == "contiguous":
         return (rows,)
     rows = mid_batch_rows(rows, problem.rows_per_expert, problem.num_experts, problem.n, problem.k, sms)
     if rows not in PREFILL_BLOCK_M_CHOICES:
         return (rows,)
-    return tuple(b for b in PREFILL_BLOCK_M_CHOICES if b >= rows)
+    tall = (TALL_TILE_ROWS,) if (problem.routing in TALL_TILE_ROUTINGS and problem.k >= WGMMA_MIN_K
+                                 and problem.rows_per_expert >= TALL_TILE_MIN_ROWS) else ()
+    return tuple(b for b in PREFILL_BLOCK_M_CHOICES if b >= rows) + tall
 
 
 def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int = H200_SMS,
