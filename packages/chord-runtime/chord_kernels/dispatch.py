@@ -518,12 +518,18 @@ TALL_TILE_ROUTINGS = ("contiguous_offsets",)
 TALL_TILE_MIN_ROWS = 4 * TALL_TILE_ROWS
 
 
+def deepest_wgmma_ring(wm: int, bn: int, most: int) -> int:
+    """Stages of the deepest 2-warpgroup ring, up to ``most``, that fits an SM's shared memory."""
+    per_stage = wgmma_smem_bytes(wm, bn, 2) - wgmma_smem_bytes(wm, bn, 1)
+    fixed = wgmma_smem_bytes(wm, bn, 1) - per_stage
+    return min(most, (SMEM_PER_SM - 1024 - fixed) // per_stage)
+
+
 def tall_wgmma_shape() -> dict[str, int]:
     """The tall tile's config: WM 1, BN TALL_TILE_ROWS, the deepest ring up to
     WGMMA_CWG2_STAGES that fits an SM."""
-    stages = max(s for s in range(2, WGMMA_CWG2_STAGES + 1)
-                 if wgmma_smem_bytes(1, TALL_TILE_ROWS, s) <= SMEM_PER_SM - 1024)
-    return {"WM": 1, "BN": TALL_TILE_ROWS, "STAGES": stages, "CWG": 2}
+    return {"WM": 1, "BN": TALL_TILE_ROWS, "STAGES": deepest_wgmma_ring(1, TALL_TILE_ROWS, WGMMA_CWG2_STAGES),
+            "CWG": 2}
 
 
 def grouped_wgmma_shape(n: int, rows: int, block_k: int) -> dict[str, int]:
@@ -550,9 +556,7 @@ def wgmma_streamk_shape(n: int, rows: int) -> dict[str, int]:
     # 2 consumer warpgroups off the mid batch (the 4-warpgroup tile is for 17-32-row blocks,
     # choose_indexed_wgmma_streamk; at BN 48/56 it would spill, v14).
     cfg = {**wgmma_shape(n, rows), "CWG": 2}
-    per_stage = wgmma_smem_bytes(cfg["WM"], cfg["BN"], 2) - wgmma_smem_bytes(cfg["WM"], cfg["BN"], 1)
-    fixed = wgmma_smem_bytes(cfg["WM"], cfg["BN"], 1) - per_stage
-    cfg["STAGES"] = min(8, (SMEM_PER_SM - 1024 - fixed) // per_stage)
+    cfg["STAGES"] = deepest_wgmma_ring(cfg["WM"], cfg["BN"], 8)
     return cfg
 
 
