@@ -379,3 +379,26 @@ def test_tile_loop_split_tail(shape, busy, rows, routing_name, tile_family, monk
     for experts_busy in (busy[1], busy[0]):
         bufs.check_runs(graph, *bufs.set_counts(busy_counts(experts_busy)), "the split tiles' sums")
         assert not locks.any(), "a split tile's lock or the claim counters left non-zero"
+
+
+@pytest.mark.parametrize("routing_name", ["contiguous_offsets", "masked"])
+@pytest.mark.parametrize("shape", ["ep8_gate_up", "ep8_down"])
+def test_wide_decode_tile(shape, routing_name, tile_family, monkeypatch):
+    """4 expected rows on 48 experts (EP8 decode) take the wide decode tile (256 weight rows in
+    128-column stages, dispatch.widen_decode; grouped-kernels.md v28): the reference on uniform and
+    skewed counts (an empty expert, experts over one 8-row tile), the same bits run to run (split
+    tiles summed in a fixed order), rows past the counts never written, graph replays with the
+    counts changed."""
+    from chord_kernels import ops
+
+    if tile_family != "auto":
+        pytest.skip("the wide decode tile is the dispatch's own choice")
+    monkeypatch.setattr(ops, "_grouped_plans", {})
+    bufs = FormBuffers(routing_name, SHAPES[shape], 24, 4, seed=31)
+    graph = bufs.capture()
+    launch = next(iter(ops._grouped_plans.values()))[1]
+    assert (launch.spec.config["NT"], launch.spec.config["STAGE_K"], launch.cols_per_cta) == (4, 128, 256)
+    for seed, skew in ((32, False), (33, True)):
+        counts = counts_for(bufs.e, 4 * bufs.e, skew=skew, seed=seed).clamp_max(bufs.seg)
+        counts[0] = 0  # an empty expert
+        bufs.check_runs(graph, *bufs.set_counts(counts), "the wide tile's split sums")

@@ -825,6 +825,43 @@ def grouped_mma_streamk(routing: str, nt: int, tt: int, stage_k: int, block_k: i
                           nt, tt, stage_k, stages, arch)
 
 
+# Grouped decode on deep K (8-row tiles, the offsets and masked forms) takes 256 weight rows a tile
+# in 128-column stages (NT 4; 3 CTAs an SM, as NT 2's 256-column stages) where the call expects at
+# least WIDE_DECODE_TILES_PER_CTA such tiles a resident CTA: a warp then runs 4 independent MMA
+# chains instead of 2 (the tile is latency-bound, indexed-kernels.md v41). Measured (ncu, base
+# clock, ABBA; grouped-kernels.md v28): EP8 T=20/32 -1.7 to -6.5 % on both projections and both
+# forms (1.9-3.3 tiles a CTA), EP16 T=20 -0.1 to -3.6 %; around 1 tile a CTA even (EP16 T=8
+# gate_up), below it slower (EP32 T=8, 0.5-0.85: +2 to +5 %; T=1 +3 to +16 %: a tile split over
+# more CTAs, more partials). A skewed router puts fewer experts' tiles behind the same hint: at 2-3
+# expected rows (EP8/EP16 T=8) uniform won 2-4 % and skewed lost 2.3-4.7 %, so the rule starts at
+# WIDE_DECODE_MIN_ROWS, half a tile an expert (skewed EP8 T=20: -2 to -3 % offsets, +0.3/+1.4 %
+# masked). expected_m 1 also stands for a handful of routes on many experts (EP8 T=1: +11-13 %).
+WIDE_DECODE_TILES_PER_CTA = 1.2
+WIDE_DECODE_MIN_ROWS = 4
+WIDE_DECODE_ROUTINGS = ("contiguous_offsets", "masked")  # measured; the DeepGEMM form is not
+
+
+def grouped_wide_decode(routing: str, n: int, k: int, block_k: int, arch: str = DEFAULT_ARCH) -> Launch | None:
+    """The 8-row decode tile at 256 weight rows (NT 4, 128-column stages), where ``routing`` on
+    this K may take it (WIDE_DECODE_ROUTINGS, deep K); else None."""
+    if routing not in WIDE_DECODE_ROUTINGS or k < WGMMA_MIN_K or k % 128:
+        return None
+    return grouped_mma_streamk(routing, 4, 1, 128, block_k, 3, arch)
+
+
+def widen_decode(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH, sms: int = H200_SMS) -> Launch:
+    """``launch``, or its wide decode tile (grouped_wide_decode) where the call's expected tiles
+    of it (the experts' Poisson rows) fill WIDE_DECODE_TILES_PER_CTA per resident CTA."""
+    if launch.spec.family != "grouped_mma_sk" or launch.spec.config["TT"] != 1 or launch.spec.config["NT"] != 2:
+        return launch
+    wide = grouped_wide_decode(problem.routing, problem.n, problem.k, problem.block_k, arch)
+    if wide is None or problem.rows_per_expert < WIDE_DECODE_MIN_ROWS:
+        return launch
+    tiles = mean_row_tiles(problem.rows_per_expert, problem.num_experts, wide.rows_per_cta) * \
+        -(-problem.n // wide.cols_per_cta)
+    return wide if tiles >= WIDE_DECODE_TILES_PER_CTA * resident_ctas(wide, sms) else launch
+
+
 # The K split of the one-CTA 4-warpgroup tile over a cluster (grouped-kernels.md v10): since the
 # 4-warpgroup tile runs on the tile loop, whose split tail covers a short last wave, only
 # CHORD_GROUPED_SPLIT_K picks it (the loop measured 4-12 % faster than the auto split at EP16
@@ -966,16 +1003,19 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
     _, rows, launch, split = best
     if split > 1:
         launch = grouped_launch(problem.routing, problem.n, problem.k, rows, problem.block_k, arch, split)
+    launch = widen_decode(problem, launch, arch, sms)
     report_choice(problem, launch.spec, "wave model, cost against the first: " + "; ".join(weighed))
     return launch
 
 
 def grouped_launch_variants(routing: str, n: int, k: int, rows: int, block_k: int,
                             arch: str = DEFAULT_ARCH) -> list[Launch]:
-    """grouped_launch and every K split of it that select_grouped can pick on this K."""
+    """grouped_launch and every K split of it that select_grouped can pick on this K, and for
+    8-row tiles the wide decode tile (widen_decode)."""
     launch = grouped_launch(routing, n, k, rows, block_k, arch)
     splits = split_k_choices(k, block_k)[1:] if splits_k(launch) else ()
-    return [launch] + [grouped_launch(routing, n, k, rows, block_k, arch, s) for s in splits]
+    wide = grouped_wide_decode(routing, n, k, block_k, arch) if rows == 8 else None
+    return [launch] + [grouped_launch(routing, n, k, rows, block_k, arch, s) for s in splits] + ([wide] if wide else [])
 
 
 def grouped_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
