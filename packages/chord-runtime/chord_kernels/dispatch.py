@@ -1003,9 +1003,12 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
     _, rows, launch, split = best
     if split > 1:
         launch = grouped_launch(problem.routing, problem.n, problem.k, rows, problem.block_k, arch, split)
-    launch = widen_decode(problem, launch, arch, sms)
-    report_choice(problem, launch.spec, "wave model, cost against the first: " + "; ".join(weighed))
-    return launch
+    why = "wave model, cost against the first: " + "; ".join(weighed)
+    wide = widen_decode(problem, launch, arch, sms)
+    if wide is not launch:
+        why += f"; the wide decode tile ({WIDE_DECODE_TILES_PER_CTA}+ expected tiles a resident CTA)"
+    report_choice(problem, wide.spec, why)
+    return wide
 
 
 def grouped_launch_variants(routing: str, n: int, k: int, rows: int, block_k: int,
