@@ -131,7 +131,11 @@ def grouped_config(path: str, n: int, k: int, num_experts: int, expected_m: int,
         index = device.index if device.index is not None else torch.cuda.current_device()
         sms = torch.cuda.get_device_properties(index).multi_processor_count
         launch = grouped_launch(path, n, k, num_experts, expected_m, kernel_arch(index), sms)
-        return f"{launch.spec.describe()} tile={launch.rows_per_cta}x{launch.cols_per_cta} em={expected_m}"
+        desc = f"{launch.spec.describe()} tile={launch.rows_per_cta}x{launch.cols_per_cta}"
+        if launch.pick:  # two tile loops, the device runs one (dispatch.Launch.pick)
+            other = launch.pick[0]
+            desc += f"; paired with {other.spec.describe()} tile={other.rows_per_cta}x{other.cols_per_cta}"
+        return f"{desc} em={expected_m}"
     except Exception as exc:  # describing must never fail a measurement
         return f"em={expected_m} (config unknown: {type(exc).__name__}: {exc})"
 

@@ -31,14 +31,29 @@ def point_key(rec: dict) -> str:
     return f"{path} {rec['scenario']} {rec['dist']} T{rec['tokens']} {rec['proj']}"
 
 
+def launches_per_call(rec: dict) -> int:
+    """Kernels one call launches: 2 for a grouped pair of tile loops (dispatch.Launch.pick; the
+    config says "paired with"), of which the device runs one, else 1."""
+    return 2 if "; paired with " in (rec.get("config") or "") else 1
+
+
 def load(directory: Path, family: str, label: str) -> dict[str, tuple[str, float]]:
-    """point -> (kernel, µs): the JSON's checked records matched in order to ncu's kernels."""
+    """point -> (kernel, µs): the JSON's checked records matched in order to ncu's kernels (a
+    pair's two summed, named by the one that ran: the longer, marked "+pair")."""
     records = [r for r in json.loads((directory / f"{family}_{label}.json").read_text())["points"]
                if r.get("check") == "ok"]
     kernels = kernel_times(directory / f"ncu_{family}_{label}.csv")
-    if len(kernels) != len(records):
-        raise SystemExit(f"{family}_{label}: {len(kernels)} kernels timed for {len(records)} checked points")
-    return {point_key(r): k for r, k in zip(records, kernels, strict=True)}
+    want = sum(launches_per_call(r) for r in records)
+    if len(kernels) != want:
+        raise SystemExit(f"{family}_{label}: {len(kernels)} kernels timed for {len(records)} checked points "
+                         f"({want} launches)")
+    out, i = {}, 0
+    for rec in records:
+        call = kernels[i:i + launches_per_call(rec)]
+        i += len(call)
+        name = max(call, key=lambda kernel: kernel[1])[0] + (" +pair" if len(call) > 1 else "")
+        out[point_key(rec)] = (name, sum(us for _, us in call))
+    return out
 
 
 def table(directory: Path, family: str, labels: list[str], base: list[str], cand: list[str]) -> str:

@@ -36,8 +36,10 @@ def point_launches(args: argparse.Namespace, arch: str, sms: int) -> list:
                                              proj.input_rows(point.num_tokens) * proj.top_k))
                 continue
             layout = common.grouped_layout(routing["topk_ids"], routing["expert_map"], experts)
-            launches += [grouped_launch(path, proj.n, proj.k, experts, grouped_expected_m(path, layout, point), arch,
-                                        sms) for path in paths]
+            for path in paths:
+                launch = grouped_launch(path, proj.n, proj.k, experts, grouped_expected_m(path, layout, point), arch,
+                                        sms)
+                launches += [launch] + ([launch.pick[0]] if launch.pick else [])  # a pair: both kernels
     return launches
 
 

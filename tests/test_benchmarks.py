@@ -659,3 +659,33 @@ def test_precompile_points_picks_the_runs_launches(family, scenario, tmp_path):
     per_path = len(common.family_paths(args))
     assert len(launches) == len(S.PROJECTIONS) * per_path
     assert all(launch.rows_per_cta == 24 for launch in launches), [launch.spec.symbol for launch in launches]
+
+
+def test_precompile_points_and_config_cover_a_grouped_pair(tmp_path, monkeypatch):
+    """EP16 T=2048 on the offsets form launches a pair of tile loops (dispatch.Launch.pick, the
+    240-row tile and the 256 x 128 tile): precompile_points compiles both kernels, and the point's
+    config names both (benchmarks.ncu_ab_table counts two kernels for it)."""
+    import argparse
+
+    from benchmarks import bench_chord, ncu_ab_table, precompile_points
+
+    point = S.Point("ep16", "uniform", 2048)
+    make_routing.write_all(tmp_path, [point], seed=0, verbose=False)
+    parser = argparse.ArgumentParser()
+    common.add_bench_args(parser, default_out="unused.json")
+    args = parser.parse_args(["--routing-dir", str(tmp_path), "--family", "grouped", "--scenarios", "ep16",
+                              "--tokens", "2048", "--dists", "uniform"])
+    launches = precompile_points.point_launches(args, "sm_90a", 132)
+    tall = [launch for launch in launches if launch.rows_per_cta == 240]
+    assert len(tall) == len(S.PROJECTIONS) and all(launch.pick for launch in tall)
+    assert all(launch.pick[0] in launches for launch in tall)
+    assert len(launches) == len(S.PROJECTIONS) * (len(common.family_paths(args)) + 1)  # contiguous: two each
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: argparse.Namespace(multi_processor_count=132))
+    monkeypatch.setattr("chord_kernels.device.kernel_arch", lambda index: "sm_90a")
+    proj = S.SCENARIOS["ep16"].projections["gate_up"]
+    rec = {"config": bench_chord.grouped_config("grouped_contiguous", proj.n, proj.k, 24, 683, torch.device("cuda", 0))}
+    assert "tile=240x128; paired with " in rec["config"] and "tile=128x256 em=683" in rec["config"], rec
+    assert ncu_ab_table.launches_per_call(rec) == 2
+    masked = bench_chord.grouped_config("grouped_masked", proj.n, proj.k, 24, 683, torch.device("cuda", 0))
+    assert ncu_ab_table.launches_per_call({"config": masked}) == 1 and "config unknown" not in masked

@@ -485,22 +485,57 @@ def test_grouped_taller_tile_for_a_wave():
     assert dispatch.select_grouped(GroupedProblem("masked", 4096, 7168, 48, 86, 128)).rows_per_cta == 96
 
 
-def test_grouped_tall_tile_from_four_tall_tiles_an_expert():
-    """The offsets form's 240-row tile (WM 1, grouped-kernels.md v27) from TALL_TILE_MIN_ROWS
-    (960) rows an expert: EP32 T=2048 (1358) and every EP at T=8192 take it; EP16 T=2048 (683: -9 %
-    uniform, +7 % skewed) and EP8 T=2048 (344) keep the 256 x 128 tile; masked never weighs it."""
+SHORT_128 = {"ROUTING": 2, "WM": 2, "BN": 128, "STAGES": 6, "BLOCK_K": 64, "CWG": 2}
+SHORT_96 = {**SHORT_128, "BN": 96}
+TALL = {"ROUTING": 2, "WM": 1, "BN": 240, "STAGES": 4, "BLOCK_K": 64, "CWG": 2}
+
+
+@pytest.mark.parametrize("n,k", [(4096, 7168), (7168, 2048)])
+@pytest.mark.parametrize("experts,rows,first,paired", [
+    (48, 344, SHORT_128, None),  # EP8 T=2048: the tall tile rated +17 %, never launched
+    (24, 683, TALL, SHORT_128),  # EP16 T=2048: -9 % uniform, +7 % skewed: the device picks
+    (12, 1358, TALL, SHORT_128),  # EP32 T=2048 and every EP at T=8192: rated 3-5 % better, paired
+    (48, 1365, TALL, SHORT_128),
+    (24, 2731, TALL, SHORT_128),
+    (12, 5461, TALL, SHORT_128),
+    (24, 171, SHORT_96, None),  # EP16 T=512 (+4 % / +28 % skewed): under one tall tile, not weighed
+    (48, 86, SHORT_96, None),  # EP8 T=512
+])
+def test_grouped_tall_tile_pairs(n, k, experts, rows, first, paired):
+    """The offsets form's 240-row tile (WM 1, grouped-kernels.md v27) is weighed from
+    TALL_TILE_MIN_ROWS (one tall tile) expected rows an expert and, rated at most
+    TALL_TILE_PAIR_MARGIN above the best short tile, launched as a pair with it (Launch.pick:
+    the device runs the one whose row tiles cost less on the call's actual counts), the model's
+    choice first."""
+    problem = GroupedProblem("contiguous_offsets", n, k, experts, rows, 64)
+    launch = dispatch.select_grouped(problem)
+    assert launch.spec.config == first and launch.tile_loop
+    assert launch.rows_per_cta == (dispatch.TALL_TILE_ROWS if first is TALL else first["BN"])
+    if paired is None:
+        assert launch.pick is None
+        return
+    other, cost, other_cost = launch.pick
+    assert other.spec.config == paired and other.tile_loop and other.pick is None
+    assert {launch.rows_per_cta, other.rows_per_cta} == {dispatch.TALL_TILE_ROWS, 128}
+    assert (cost, other_cost) == (dispatch.row_tile_cost(problem, launch), dispatch.row_tile_cost(problem, other))
+    # the device's integers: a tall row tile over N costs 1.18 x 336 / 224 of a 256 x 128 one
+    assert cost == round(n * 336 * dispatch.TALL_TILE_COST_SCALE) and other_cost == n * 224
+    assert launch.smem_bytes + 1024 <= dispatch.SMEM_PER_SM and other.smem_bytes + 1024 <= dispatch.SMEM_PER_SM
+
+
+def test_grouped_tall_tile_where_it_is_weighed_and_paired():
+    """Masked and short K never weigh the tall tile; every pair is two 2-warpgroup tile loops, one
+    of them the tall tile (the 4-warpgroup tile does not read the pick: WgmmaTiles::kPairable)."""
     def pick(routing, experts, rows, n=4096, k=7168):
         return dispatch.select_grouped(GroupedProblem(routing, n, k, experts, rows, 64 if routing != "masked" else 128))
 
-    for experts, rows in ((12, 1358), (48, 1365), (24, 2731), (12, 5461)):
-        for n, k in ((4096, 7168), (7168, 2048)):
-            tall = pick("contiguous_offsets", experts, rows, n, k)
-            assert (tall.rows_per_cta, tall.cols_per_cta) == (dispatch.TALL_TILE_ROWS, 128)
-            assert tall.spec.config == {"ROUTING": 2, "WM": 1, "BN": 240, "STAGES": 4, "BLOCK_K": 64, "CWG": 2}
-            assert tall.smem_bytes + 1024 <= dispatch.SMEM_PER_SM
-            assert pick("masked", experts, rows, n, k).rows_per_cta == 128
-    for experts, rows in ((24, 683), (48, 344), (24, 171)):
-        assert pick("contiguous_offsets", experts, rows).rows_per_cta <= 128
+    for experts, rows in ((24, 683), (12, 1358)):
+        masked = pick("masked", experts, rows)
+        assert masked.rows_per_cta == 128 and masked.pick is None
+    assert dispatch.TALL_TILE_MIN_ROWS == dispatch.TALL_TILE_ROWS
+    assert dispatch.TALL_TILE_ROWS in dispatch.grouped_row_candidates(GroupedProblem("contiguous_offsets", 4096, 7168,
+                                                                                     48, 344, 64))
+    for experts, rows in ((24, 171), (48, 239)):
         assert dispatch.TALL_TILE_ROWS not in dispatch.grouped_row_candidates(
             GroupedProblem("contiguous_offsets", 4096, 7168, experts, rows, 64))
     assert dispatch.TALL_TILE_ROWS not in dispatch.grouped_row_candidates(GroupedProblem("masked", 4096, 7168, 12,
@@ -508,8 +543,37 @@ def test_grouped_tall_tile_from_four_tall_tiles_an_expert():
     # short K has no tile loop to put it on
     assert dispatch.TALL_TILE_ROWS not in dispatch.grouped_row_candidates(GroupedProblem("contiguous_offsets", 7168,
                                                                                          256, 384, 1358, 64))
+    assert pick("contiguous_offsets", 24, 683, 7168, 256).pick is None
     assert dispatch.TALL_TILE_ROWS in dispatch.grouped_tile_row_choices("contiguous_offsets")
     assert dispatch.TALL_TILE_ROWS not in dispatch.grouped_tile_row_choices("masked")
+    pairs, symbols = 0, set()
+    for experts in (12, 24, 48):
+        for rows in range(33, 3000, 7):
+            for n, k in ((4096, 7168), (7168, 2048)):
+                problem = GroupedProblem("contiguous_offsets", n, k, experts, rows, 64)
+                launch = dispatch.select_grouped(problem)
+                if rows < dispatch.TALL_TILE_MIN_ROWS:
+                    assert launch.pick is None and launch.rows_per_cta != dispatch.TALL_TILE_ROWS
+                if launch.pick is None:
+                    continue
+                pairs += 1
+                both = (launch, launch.pick[0])
+                symbols |= {b.spec.symbol for b in both}
+                assert sorted(b.rows_per_cta == dispatch.TALL_TILE_ROWS for b in both) == [False, True]
+                assert all(b.tile_loop and b.spec.config["CWG"] == 2 for b in both)
+                assert launch.pick[1:] == (dispatch.row_tile_cost(problem, launch),
+                                           dispatch.row_tile_cost(problem, launch.pick[0]))
+    assert pairs > 100
+    # both kernels of every pair are compiled by CI (and precompile_points compiles both)
+    assert symbols <= {launch.spec.symbol for launch in dispatch.grouped_reachable_launches()}
+
+
+def test_grouped_pair_is_reported(monkeypatch, capsys):
+    monkeypatch.setenv("CHORD_PRINT_CONFIGS", "1")
+    monkeypatch.setattr(dispatch, "_reported", set())
+    dispatch.select_grouped(GroupedProblem("contiguous_offsets", 4096, 7168, 24, 683, 64))
+    err = capsys.readouterr().err
+    assert "BN=240" in err and "; paired with " in err and "(the device picks)" in err, err
 
 
 def test_grouped_cost_model_prefers_fewer_waves_and_fewer_rows():

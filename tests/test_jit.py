@@ -157,6 +157,15 @@ def test_wgmma_smem_bytes_is_the_struct_size(tmp_path, real_nvcc):
     assert sizes == [wgmma_smem_bytes(*cfg) for cfg in configs]
 
 
+def test_moe_params_struct_is_the_host_pack(tmp_path, real_nvcc):
+    """chord::MoeParams (with the pair's four pick_* ints) and MoeTmaParams as nvcc lays them out
+    are the bytes chord_kernels.ops packs (MOE_PARAMS, then padding and the maps to 448)."""
+    from chord_kernels import ops
+
+    sizes = _struct_sizes(real_nvcc, tmp_path, "common/moe_params.cuh", ["chord::MoeParams", "chord::MoeTmaParams"])
+    assert sizes == [ops.MOE_PARAMS.size, ops._TMA_MAPS_OFFSET + 256] == [168, 448]
+
+
 def test_mma_smem_bytes_is_the_struct_size(tmp_path, real_nvcc):
     """The same for the mma tile: mma_smem_bytes equals sizeof(MmaTile::Smem) over its weight
     tiles, row tiles, stage widths, ring depths and both packed BLOCK_Ks."""

@@ -78,3 +78,27 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, message)
     proc, calls = run_script(tmp_path, str(tmp_path / "ab"), *args)
     assert proc.returncode == 2 and message in proc.stderr
     assert calls == []
+
+
+def test_ncu_ab_table_sums_a_grouped_pair(tmp_path):
+    """A grouped call that launches a pair of tile loops (dispatch.Launch.pick) is two kernels
+    under ncu: the table sums them for the point and names the one that ran."""
+    import json
+
+    from benchmarks import ncu_ab_table
+
+    points = [{"check": "ok", "path": "grouped_contiguous", "scenario": "ep16", "dist": "uniform", "tokens": 2048,
+               "proj": proj, "config": config}
+              for proj, config in (("gate_up", "grouped_wgmma[BN=240] tile=240x128; paired with grouped_wgmma[BN=128]"),
+                                   ("down", "grouped_wgmma[BN=128] tile=128x256"))]
+    (tmp_path / "grouped_a.json").write_text(json.dumps({"points": points}))
+    rows = [("chord_tall", 1500.0), ("chord_short", 3.0), ("chord_short", 900.0)]
+    csv_text = '"ID","Kernel Name","Metric Name","Metric Value"\n' + "".join(
+        f'"{i}","{name}","gpu__time_duration.sum","{ns * 1000:.0f}"\n' for i, (name, ns) in enumerate(rows))
+    (tmp_path / "ncu_grouped_a.csv").write_text(csv_text)
+    got = ncu_ab_table.load(tmp_path, "grouped", "a")
+    assert got == {"contiguous ep16 uniform T2048 gate_up": ("tall +pair", 1503.0),
+                   "contiguous ep16 uniform T2048 down": ("short", 900.0)}
+    (tmp_path / "ncu_grouped_a.csv").write_text(csv_text.rsplit("\n", 2)[0] + "\n")  # one kernel short
+    with pytest.raises(SystemExit, match="2 kernels timed for 2 checked points \\(3 launches\\)"):
+        ncu_ab_table.load(tmp_path, "grouped", "a")

@@ -39,7 +39,7 @@ def test_indexed_plan_values(stub_device):
     kernel, launch, grid, block, tail, device = ops._indexed_plan(a, packed, sorted_ids, expert_ids, ntp, 2, 8, out,
                                                                   "mma", "")
     lda, ldc, *rest = ops._PARAMS_TAIL.unpack(tail)  # the signature's part of MoeParams, packed once
-    ints, scratch = rest[:10], tuple(rest[10:])
+    ints, scratch = rest[:14], tuple(rest[14:])
     assert (lda, ldc) == (a.stride(0), out.stride(0))
     assert kernel == "kernel" and stub_device == [launch.spec] and device == 0
     want = dispatch.choose_indexed_mma(dispatch.IndexedProblem(64, 256, 4, 2, 8))
@@ -48,7 +48,7 @@ def test_indexed_plan_values(stub_device):
     fields = dict(zip(ops._INTS, ints, strict=True))
     assert fields == {"num_routes": 6, "n": 64, "k": 256, "top_k": 2, "num_experts": 4, "block_m": 8,
                       "num_blocks": expert_ids.numel(), "ctas_per_block": 1, "sorted_len": sorted_ids.numel(),
-                      "max_m": 0}
+                      "max_m": 0, "pick_rows": 0, "pick_cost": 0, "pick_other_cost": 0, "pick_first": 0}
     assert scratch == (0, 0)  # one CTA per tile: no stream-K workspace
 
 
@@ -79,13 +79,14 @@ def test_indexed_plan_rejects_bad_signatures(stub_device):
 
 
 def test_params_struct_layout():
-    # Mirrors csrc/common/moe_params.cuh's static_asserts: 152 bytes, lda at 80, num_routes at 96,
-    # the stream-K workspace pointer at 136.
-    assert ops.MOE_PARAMS.size == 152
-    raw = ops.MOE_PARAMS.pack(*range(1, 11), 111, 222, *range(301, 311), 401, 402)
+    # Mirrors csrc/common/moe_params.cuh's static_asserts: 168 bytes, lda at 80, num_routes at 96,
+    # the stream-K workspace pointer at 152.
+    assert ops.MOE_PARAMS.size == 168
+    raw = ops.MOE_PARAMS.pack(*range(1, 11), 111, 222, *range(301, 315), 401, 402)
     assert struct.unpack_from("@q", raw, 80)[0] == 111 and struct.unpack_from("@i", raw, 96)[0] == 301
-    assert struct.unpack_from("@i", raw, 96 + 4 * 9)[0] == 310  # max_m is the last int field
-    assert struct.unpack_from("@2P", raw, 136) == (401, 402)  # workspace, locks
+    assert struct.unpack_from("@i", raw, 96 + 4 * 9)[0] == 310  # max_m
+    assert struct.unpack_from("@i", raw, 96 + 4 * 13)[0] == 314  # pick_first is the last int field
+    assert struct.unpack_from("@2P", raw, 152) == (401, 402)  # workspace, locks
 
 
 def test_cpu_grouped_paths_write_only_valid_rows():
@@ -222,7 +223,7 @@ def test_grouped_launch_path_resolves_once_per_signature(grouped_stub, routing_n
     assert ptrs[slot_name] == route.data_ptr()
     assert all(v == 0 for name, v in ptrs.items() if name not in ("a", "qweight", "scale", "out", slot_name))
     assert fields[10:12] == (a.stride(0), out.stride(0)) and stream == 77
-    ints = dict(zip(ops._INTS, fields[12:22], strict=True))
+    ints = dict(zip(ops._INTS, fields[12:26], strict=True))
     problem = grouped_stub["select"][0]
     launch = dispatch.select_grouped(problem)
     tile = launch.rows_per_cta
@@ -231,7 +232,8 @@ def test_grouped_launch_path_resolves_once_per_signature(grouped_stub, routing_n
     # 6 rows per expert: the stream-K schedule, every resident CTA (3 SMs here), with scratch
     assert launch.persistent and grid == (3 * launch.spec.min_blocks_per_sm, 1, 1)
     workspace, locks = ops._streamk_buffers[0][-1]
-    assert fields[22:] == (workspace.data_ptr(), locks.data_ptr()) and block == (launch.spec.threads, 1, 1)
+    assert fields[26:] == (workspace.data_ptr(), locks.data_ptr()) and block == (launch.spec.threads, 1, 1)
+    assert ints["pick_rows"] == 0  # no pair at 6 rows an expert
     if routing_name == "masked":
         assert (ints["max_m"], ints["ctas_per_block"]) == (6, -(-6 // tile))
     else:
@@ -246,6 +248,35 @@ def test_grouped_launch_path_resolves_once_per_signature(grouped_stub, routing_n
     else:  # another shape
         ops._grouped_cuda(routing_name, a[:16], packed, route[:16], out, 0)
     assert len(grouped_stub["select"]) == 2 and len(ops._grouped_plans) == 2
+
+
+@pytest.mark.parametrize("rows,first_rows", [(683, dispatch.TALL_TILE_ROWS), (280, 96)])
+def test_grouped_tall_tile_pair_launches_both_with_mirrored_picks(grouped_stub, rows, first_rows):
+    """Where the offsets form pairs a short tile with the 240-row one (dispatch.Launch.pick),
+    every call launches both, back to back on one stream, the host's choice first (683 rows an
+    expert: the tall tile; 280: the 256 x 96 tile): the same pointers, each with the other's
+    height and the two row-tile costs swapped, the first winning ties (csrc MoeParams::pick_*),
+    each with its own tile width's tensor maps."""
+    packed, a, out = _grouped_problem("contiguous", e=3, n=256, k=1024, rows=3 * rows)
+    offsets = torch.tensor([0, rows, 2 * rows, 3 * rows])
+    ops._grouped_cuda("contiguous_offsets", a, packed, offsets, out, rows)
+    launch = dispatch.select_grouped(grouped_stub["select"][0])
+    other, cost, other_cost = launch.pick
+    assert launch.rows_per_cta == first_rows and dispatch.TALL_TILE_ROWS in (launch.rows_per_cta, other.rows_per_cta)
+    assert len(grouped_stub["launches"]) == 2 and grouped_stub["loaded"] == [launch.spec, other.spec]
+    first, second = (ops.MOE_PARAMS.unpack(raw[:ops.MOE_PARAMS.size]) for *_, raw in grouped_stub["launches"])
+    assert first[:12] == second[:12] and grouped_stub["launches"][0][3] == grouped_stub["launches"][1][3] == 77
+    picks = [dict(zip(ops._INTS, f[12:26], strict=True)) for f in (first, second)]
+    assert [(p["pick_rows"], p["pick_cost"], p["pick_other_cost"], p["pick_first"]) for p in picks] == [
+        (other.rows_per_cta, cost, other_cost, 1), (launch.rows_per_cta, other_cost, cost, 0)]
+    assert cost != other_cost and cost > 0 and other_cost > 0
+    for (grid, block, smem, _, raw), lau in zip(grouped_stub["launches"], (launch, other), strict=True):
+        assert block == (lau.spec.threads, 1, 1) and smem == lau.smem_bytes and lau.tile_loop
+        assert grid == (3 * lau.spec.min_blocks_per_sm, 1, 1)  # the resident CTAs (3 SMs here)
+        box_bytes = struct.unpack_from("@2Q", raw, 192)[1]  # the weight map's box: the tile's n-tiles
+        assert lau.tensor_maps and box_bytes == lau.cols_per_cta // 16 * 512
+    ops._grouped_cuda("contiguous_offsets", a, packed, offsets, out, rows)
+    assert len(grouped_stub["launches"]) == 4 and len(grouped_stub["select"]) == 1
 
 
 def test_grouped_masked_3d_inputs(grouped_stub):

@@ -41,13 +41,21 @@ struct MoeParams {
   int32_t ctas_per_block;  // indexed: CTAs per routing block; masked: CTAs per expert
   int32_t sorted_len;      // indexed: entries of sorted_ids that may be read
   int32_t max_m;           // masked: rows reserved per expert
+  // A pair of tile loops launched back to back, of which one runs (the grouped offsets form's
+  // 240-row tile and its short tile: chord_kernels.dispatch.pair_with_tall_tile). Each counts the
+  // call's row tiles in its own height and in the other's and runs only if its own cost less
+  // (picked). pick_rows = 0: no pair, always run.
+  int32_t pick_rows;        // the other kernel's tile rows
+  int32_t pick_cost;        // this kernel's cost a row tile (the dispatch's model units)
+  int32_t pick_other_cost;  // the other kernel's
+  int32_t pick_first;       // 1: this kernel runs on a tie
   float* workspace;        // stream-K: FP32 partials, [grid CTAs][2][threads][accumulators]
   int32_t* locks;          // stream-K: [grid CTAs]; the tile loop: [2] (next tile, CTAs done); zeros, every launch leaves them zero
 };
 // The host packs this struct by hand: keep them in step.
-static_assert(sizeof(MoeParams) == 152, "MoeParams layout changed: update chord_kernels/ops.py");
+static_assert(sizeof(MoeParams) == 168, "MoeParams layout changed: update chord_kernels/ops.py");
 static_assert(offsetof(MoeParams, lda) == 80 && offsetof(MoeParams, num_routes) == 96 &&
-                  offsetof(MoeParams, workspace) == 136,
+                  offsetof(MoeParams, workspace) == 152,
               "MoeParams layout changed: update chord_kernels/ops.py");
 
 // The parameters of the kernels whose tile loads weights and scales by tensor map
@@ -63,6 +71,14 @@ struct MoeTmaParams {
 static_assert(offsetof(MoeTmaParams, weight_map) == 192 && offsetof(MoeTmaParams, scale_map) == 320 &&
                   sizeof(MoeTmaParams) == 448,
               "MoeTmaParams layout changed: update chord_kernels/ops.py");
+
+// Whether this kernel of a pair runs (MoeParams::pick_rows): the call's row tiles cost less in
+// its height (`tiles` of them) than in the other's (`other_tiles`). Both kernels compute the same
+// two integers from the same routing, so exactly one of them runs.
+__device__ __forceinline__ bool picked(const MoeParams& p, int tiles, int other_tiles) {
+  const int64_t mine = (int64_t)tiles * p.pick_cost, other = (int64_t)other_tiles * p.pick_other_cost;
+  return mine < other || (mine == other && p.pick_first);
+}
 
 // What a generated kernel (chord_kernels.jit.kernel) hands its body.
 __device__ __forceinline__ const MoeParams& moe_params(const MoeParams& p) { return p; }

@@ -52,6 +52,7 @@ struct WgmmaTiles {
   static constexpr bool kWideConsumers = CWG == 2 && BLOCK_K == 64 && BN == 96;
   static constexpr int kProducerRegs = CWG == 4 ? 64 : kWideConsumers ? 72 : BLOCK_K == 64 ? 88 : 104;
   static constexpr int kConsumerRegs = CWG == 4 ? 104 : kWideConsumers ? 216 : BLOCK_K == 64 ? 208 : 200;
+  static constexpr bool kPairable = CWG == 2;  // MoeParams::pick_rows is read (see run)
 
   // The host keeps row tiles x column tiles + 2 x CTAs under 2^31 (chord_kernels/ops.py) and
   // passes p.locks zeroed (2 + CTAs of them: the counters, then a lock per split tile) with a
@@ -64,7 +65,15 @@ struct WgmmaTiles {
     // Warp-collective in some routings (every warp calls it). The reduction says the count is the
     // same in every lane (it is): ptxas then keeps what the consumers derive from it (a unit's
     // stage count, the ring position, the wgmma descriptors) in uniform registers.
-    const int tiles = __reduce_max_sync(0xffffffffu, Rows::count(p) * cols);
+    const int row_tiles = Rows::count(p);
+    // The other kernel of a pair runs this call (MoeParams::pick_rows): every thread of every CTA
+    // leaves before the barriers and the claim counters. Only 2-warpgroup tiles are paired (the
+    // host's rule, dispatch.pair_with_tall_tile): in the 4-warpgroup tile's 104 registers the
+    // pick's second warp scan spilled 8 bytes.
+    if constexpr (kPairable) {
+      if (!__reduce_max_sync(0xffffffffu, (int)Rows::picked(p, row_tiles))) return;
+    }
+    const int tiles = __reduce_max_sync(0xffffffffu, row_tiles * cols);
     const TailSplit split(tiles, gridDim.x, p.k / Tile::kStageK, kStagesPerStep);
     // Every CTA runs, even with no tile to claim: the counter's reset needs all of them done.
     Tile::init_barriers(sm, Tile::kProducerThreads + 1);

@@ -69,14 +69,14 @@ __device__ Located find_tile_in_warp(const MoeParams& p, int y) {
   return {-1, 0, 0};
 }
 
-// Tiles of kTok rows over all experts (offsets and masked forms). Warp-collective.
-template <int ROUTING, int kTok>
-__device__ int count_tiles_in_warp(const MoeParams& p) {
+// Tiles of `tok` rows over all experts (offsets and masked forms). Warp-collective.
+template <int ROUTING>
+__device__ int count_tiles_in_warp(const MoeParams& p, int tok) {
   int total = 0;
   for (int e = threadIdx.x % 32; e < p.num_experts; e += 32) {
     int64_t first, count;
     expert_rows<ROUTING>(p, e, first, count);
-    total += (int)((count + kTok - 1) / kTok);
+    total += (int)((count + tok - 1) / tok);
   }
 #pragma unroll
   for (int d = 16; d > 0; d /= 2) total += __shfl_xor_sync(0xffffffffu, total, d);
@@ -147,7 +147,12 @@ struct GroupedRowTiles {
   struct Of {
     __device__ static int count(const MoeParams& p) {
       if (ROUTING == kContiguousRows) return (p.num_routes + kTok - 1) / kTok;
-      return count_tiles_in_warp<ROUTING, kTok>(p);
+      return count_tiles_in_warp<ROUTING>(p, kTok);
+    }
+    // The tile loop's pair (MoeParams::pick_rows; the host pairs only the offsets form's
+    // tall tile): `tiles` is count(p). Warp-collective.
+    __device__ static bool picked(const MoeParams& p, int tiles) {
+      return p.pick_rows == 0 || chord::picked(p, tiles, count_tiles_in_warp<ROUTING>(p, p.pick_rows));
     }
     __device__ static Located locate(const MoeParams& p, int row_tile) {
       if (ROUTING == kContiguousRows) {

@@ -57,6 +57,7 @@ struct IndexedRowTiles {
     const int64_t padded = max(__ldg(p.num_tokens_padded), 0);
     return (int)min((int64_t)p.num_blocks, (padded + p.block_m - 1) / p.block_m) * p.ctas_per_block;
   }
+  __device__ static bool picked(const MoeParams&, int) { return true; }  // indexed launches are never paired
   __device__ static Located locate(const MoeParams& p, int row_tile) {
     const int block = row_tile / p.ctas_per_block;
     const int first = block * p.block_m + (row_tile % p.ctas_per_block) * kTok;

@@ -104,8 +104,9 @@ def test_contiguous_offsets_unaligned(shape, total, skew):
 @pytest.mark.parametrize("skew", [False, True])
 def test_contiguous_offsets_tall_tile(skew, tile_family, monkeypatch):
     """1358 rows an expert (EP32 T=2048's count) on the offsets form take the 240-row tile (WM 1,
-    docs/design/grouped-kernels.md v27): 6-7 tiles an expert, the last partial, and the tile
-    loop's split tail where the last wave is short."""
+    docs/design/grouped-kernels.md v27), paired with the 256 x 128 tile (dispatch.Launch.pick: the
+    device runs one): 6-7 tiles an expert, the last partial, and the tile loop's split tail where
+    the last wave is short."""
     from chord_kernels import dispatch, ops
 
     if tile_family != "auto":
@@ -123,9 +124,72 @@ def test_contiguous_offsets_tall_tile(skew, tile_family, monkeypatch):
     torch.cuda.synchronize()
     launch = next(iter(ops._grouped_plans.values()))[1]
     assert launch.rows_per_cta == dispatch.TALL_TILE_ROWS and launch.spec.config["WM"] == 1
+    assert launch.pick and launch.pick[0].rows_per_cta == 128
     experts = torch.repeat_interleave(torch.arange(e), counts).cuda()
     check(out[:total], ref_rows(a, codes, scale, torch.arange(total, device="cuda"), experts))
     assert torch.isnan(out[total:].float()).all(), "a row past expert_offsets[-1] was written"
+
+
+def _launch_one_of_pair(bufs, plan, second):
+    """One kernel of a grouped pair (ops._grouped_cuda launches both), packed as the launch path does."""
+    from chord_kernels import ops
+
+    kernel, launch, grid, block, _, slot, tail, device_index, paired = plan
+    if second:
+        launch, kernel, grid, tail = paired
+        block = (launch.spec.threads, 1, 1)
+    r = bufs.route.data_ptr()
+    params = ops._PARAMS_POINTERS.pack(bufs.a.data_ptr(), bufs.packed.qweight.data_ptr(),
+                                       bufs.packed.scale.data_ptr(), bufs.out.data_ptr(), 0, 0, 0,
+                                       r if slot == 7 else 0, r if slot == 8 else 0, r if slot == 9 else 0) + tail
+    if launch.tensor_maps:
+        params += ops._tma_params_tail(bufs.packed, launch)
+    kernel.launch(grid, block, launch.smem_bytes, ops._current_stream(device_index), params)
+
+
+@pytest.mark.parametrize("shape", ["ep32_down", "ep8_gate_up"])
+def test_tall_tile_pair_runs_exactly_one(shape, tile_family, monkeypatch):
+    """683 expected rows an expert (EP16 T=2048's count) on the offsets form launch the 240-row
+    tile and the 256 x 128 tile as a pair (dispatch.Launch.pick, grouped-kernels.md v27): on each
+    call the device runs the one whose row tiles cost less on the actual counts (row_tile_cost).
+    Uniform 683 rows (the tall tile runs), 250 rows (two tall tiles pad 230: the short tile runs)
+    and skewed counts with an empty expert: the reference through graph replays with the counts
+    changed; each kernel launched alone writes the output iff it is the picked one, and leaves
+    the locks zero either way."""
+    from chord_kernels import dispatch, ops
+
+    if tile_family != "auto":
+        pytest.skip("the pair is the dispatch's own choice")
+    monkeypatch.setattr(ops, "_grouped_plans", {})
+    bufs = FormBuffers("contiguous_offsets", SHAPES[shape], 1536, 683, seed=41)
+    graph = bufs.capture()
+    plan = next(iter(ops._grouped_plans.values()))
+    launch = plan[1]
+    other, cost, other_cost = launch.pick
+    assert launch.rows_per_cta == dispatch.TALL_TILE_ROWS and other.rows_per_cta == 128 and plan[-1][0] == other
+    locks = ops._streamk_buffers[torch.cuda.current_device()][-1][1]
+    uniform = torch.full((bufs.e,), 683, dtype=torch.int64)
+    short = torch.full((bufs.e,), 250, dtype=torch.int64)
+    skewed = counts_for(bufs.e, 683 * bufs.e, skew=True, seed=42).clamp_max(bufs.seg)
+    skewed[0] = 0  # an empty expert
+    ran = []
+    for counts in (uniform, short, skewed):
+        tiles = [int((-(-counts // rows)).sum()) for rows in (launch.rows_per_cta, other.rows_per_cta)]
+        first_runs = tiles[0] * cost <= tiles[1] * other_cost  # the first wins ties (pick_first)
+        ran.append(first_runs)
+        valid, experts = bufs.set_counts(counts)
+        bufs.check_runs(graph, valid, experts, "the picked tile loop's sums")
+        assert not locks.any(), "the pair left a lock or the claim counters non-zero"
+        for second in (False, True):
+            bufs.out.fill_(POISON)
+            _launch_one_of_pair(bufs, plan, second)
+            torch.cuda.synchronize()
+            if first_runs != second:
+                check(bufs.out[valid], ref_rows(bufs.a, bufs.codes, bufs.scale, valid, experts))
+            else:
+                assert torch.isnan(bufs.out.float()).all(), "the unpicked kernel of the pair wrote the output"
+            assert not locks.any(), "a kernel of the pair left a lock or the claim counters non-zero"
+    assert ran[:2] == [True, False]
 
 
 @pytest.mark.parametrize("total", [37, 4000])

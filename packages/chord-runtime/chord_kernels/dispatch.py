@@ -230,6 +230,11 @@ class Launch:
     # The kernel takes chord::MoeTmaParams: its parameters end with the packed weight's tensor
     # maps for tiles of cols_per_cta rows (chord_kernels.tma.tensor_maps).
     tensor_maps: bool = False
+    # A pair of tile loops (pair_with_tall_tile, TALL_TILE_ROWS): the other launch, this one's cost
+    # a row tile and the other's (MoeParams::pick_*). Both run back to back; on the device each
+    # counts the call's row tiles in both heights and only the cheaper does any work. This one
+    # (launched first) wins a tie.
+    pick: tuple[Launch, int, int] | None = None
 
     @property
     def persistent(self) -> bool:
@@ -511,11 +516,20 @@ TALL_TILE_COST_SCALE = 1.18
 # a 4-slot ring holds two pairs (v27, forced at T=2048: +17 to +71 %; 6 slots of 176 rows still
 # +3 to +12 %). Not the DeepGEMM form: its tiles are powers of two inside 128-row segments.
 TALL_TILE_ROUTINGS = ("contiguous_offsets",)
-# The mean rows an expert (the host's only hint) from which it is weighed: 4 tall tiles. Below,
-# a skewed router's small experts pad a 240-row tile far more than a 128-row one, and the mean
+# The mean rows an expert (the host's only hint) from which it is weighed: one tall tile. A
+# skewed router's small experts pad a 240-row tile far more than a 128-row one, and the mean
 # cannot tell: v27 measured it at EP16 T=2048 (683 rows) -9 % uniform but +7 % skewed, at EP16
-# T=512 +4 % / +28 %; from EP32 T=2048 (1358 rows) up, -2 to -6 % uniform and -5 to +1 % skewed.
-TALL_TILE_MIN_ROWS = 4 * TALL_TILE_ROWS
+# T=512 (171 rows) +4 % / +28 %; from EP32 T=2048 (1358 rows) up, -2 to -6 % uniform and -5 to
+# +1 % skewed. So near the short tiles it runs only paired with one (TALL_TILE_PAIR_MARGIN), the
+# device picking from the experts' actual rows; below one tall tile an expert (T=512 at EP8/16)
+# it is not weighed at all (landed without the pair, 6778d58, this was 4 tall tiles).
+TALL_TILE_MIN_ROWS = TALL_TILE_ROWS
+# Under a skewed router the mean cannot tell which height pads less, so where the model rates
+# the tall tile at most TALL_TILE_PAIR_MARGIN above the best short tile (or below it), the call
+# launches both (Launch.pick) and the device picks from the experts' actual rows, by the same
+# cost a row tile (row_tile_cost); one empty launch is the price (a few µs on calls of 0.5-7 ms).
+# Rated further above it is never launched (EP8 T=2048: rated +17 %, measured +18 %).
+TALL_TILE_PAIR_MARGIN = 0.10
 
 
 def deepest_wgmma_ring(wm: int, bn: int, most: int) -> int:
@@ -959,7 +973,8 @@ def grouped_row_candidates(problem: GroupedProblem, sms: int = H200_SMS) -> tupl
     (mid_batch_rows) and past 32 rows every larger prefill block too, so a taller tile may trade
     padding for a wave (grouped_launch_cost). The DeepGEMM form keeps its power of two (a tile
     never straddles two 128-row aligned segments). The offsets form on deep K weighs the tall
-    tile (TALL_TILE_ROWS) too, from TALL_TILE_MIN_ROWS rows an expert."""
+    tile (TALL_TILE_ROWS) too, from TALL_TILE_MIN_ROWS rows an expert (select_grouped may pair it
+    with the best short tile: pair_with_tall_tile)."""
     rows = grouped_tile_rows(problem.rows_per_expert, problem.routing)
     if problem.routing == "contiguous":
         return (rows,)
@@ -1003,12 +1018,45 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
     _, rows, launch, split = best
     if split > 1:
         launch = grouped_launch(problem.routing, problem.n, problem.k, rows, problem.block_k, arch, split)
+    elif problem.routing in TALL_TILE_ROUTINGS:
+        launch = pair_with_tall_tile(problem, launch, candidates, sms)
     why = "wave model, cost against the first: " + "; ".join(weighed)
     wide = widen_decode(problem, launch, arch, sms)
     if wide is not launch:
         why += f"; the wide decode tile ({WIDE_DECODE_TILES_PER_CTA}+ expected tiles a resident CTA)"
+    if wide.pick:
+        why += f"; paired with {wide.pick[0].spec.describe()} (the device picks)"
     report_choice(problem, wide.spec, why)
     return wide
+
+
+def row_tile_cost(problem: GroupedProblem, launch: Launch) -> int:
+    """A row tile's cost over all of N in grouped_launch_cost's units (K's stages left out: the
+    same for both tiles of a pair), as the integer the device compares (MoeParams::pick_cost)."""
+    col_tiles = -(-problem.n // launch.cols_per_cta)
+    scale = TALL_TILE_COST_SCALE if launch.rows_per_cta == TALL_TILE_ROWS else 1.0
+    return round(col_tiles * launch.cols_per_cta * (launch.rows_per_cta + TILE_FIXED_ROWS) * scale)
+
+
+def pair_with_tall_tile(problem: GroupedProblem, best: Launch, candidates: list, sms: int = H200_SMS) -> Launch:
+    """``best`` with the other of (the tall tile, the best short tile) as its pair (Launch.pick)
+    when both are 2-warpgroup tile loops and the model rates the tall tile at most
+    TALL_TILE_PAIR_MARGIN above the best short one (rated below it, it is paired too: the mean
+    cannot tell a skewed call); else ``best``. The first launch is the model's choice."""
+    tall = dict(candidates).get(TALL_TILE_ROWS)
+    # 2-warpgroup tile loops only: the 4-warpgroup tile does not read the pick (WgmmaTiles::kPairable)
+    pairable = [(rows, launch) for rows, launch in candidates if launch.tile_loop and launch.spec.config.get("CWG") == 2]
+    short = [(grouped_launch_cost(problem, rows, launch, 1, sms), launch) for rows, launch in pairable
+             if rows != TALL_TILE_ROWS]
+    if tall is None or not short:
+        return best
+    short_cost, short_launch = min(short, key=lambda c: c[0])
+    if grouped_launch_cost(problem, TALL_TILE_ROWS, tall, 1, sms) > (1 + TALL_TILE_PAIR_MARGIN) * short_cost:
+        return best
+    first, second = (tall, short_launch) if best is tall else (best, tall)
+    if not any(first is launch for _, launch in pairable):
+        return best
+    return replace(first, pick=(second, row_tile_cost(problem, first), row_tile_cost(problem, second)))
 
 
 def grouped_launch_variants(routing: str, n: int, k: int, rows: int, block_k: int,

@@ -27,14 +27,14 @@ from .dispatch import (
 from .jit.launch import LoadedKernel, load_kernel
 from .layouts import PackedW4A16
 
-# chord::MoeParams (csrc/common/moe_params.cuh): 10 pointers, 2 int64, 10 int32, then the stream-K
-# workspace and locks pointers = 152 bytes; the header static_asserts the same size and offsets.
-MOE_PARAMS = struct.Struct("@10P2q10i2P")
+# chord::MoeParams (csrc/common/moe_params.cuh): 10 pointers, 2 int64, 14 int32, then the stream-K
+# workspace and locks pointers = 168 bytes; the header static_asserts the same size and offsets.
+MOE_PARAMS = struct.Struct("@10P2q14i2P")
 # The same bytes in two parts: the pointers change every call; the rest (leading dimensions, the
 # problem's ints, the stream-K scratch) only with the call's signature, so a plan packs it once
 # (~0.6 µs of Python a call: one short pack and a bytes concatenation instead of 24 fields).
 _PARAMS_POINTERS = struct.Struct("@10P")
-_PARAMS_TAIL = struct.Struct("@2q10i2P")
+_PARAMS_TAIL = struct.Struct("@2q14i2P")
 assert _PARAMS_POINTERS.size + _PARAMS_TAIL.size == MOE_PARAMS.size  # the tail starts 8-aligned
 # chord::MoeTmaParams: MoeParams, padding to the 64-byte aligned maps at 192, the two maps (448).
 _TMA_MAPS_OFFSET = 192
@@ -43,7 +43,7 @@ _TMA_PAD = bytes(_TMA_MAPS_OFFSET - MOE_PARAMS.size)
 _POINTERS = ("a", "qweight", "scale", "out", "sorted_ids", "expert_ids", "num_tokens_padded",
              "m_indices", "expert_offsets", "masked_m")
 _INTS = ("num_routes", "n", "k", "top_k", "num_experts", "block_m", "num_blocks", "ctas_per_block",
-         "sorted_len", "max_m")
+         "sorted_len", "max_m", "pick_rows", "pick_cost", "pick_other_cost", "pick_first")
 
 
 def _tma_params_tail(packed: PackedW4A16, launch: Launch) -> bytes:
@@ -302,7 +302,8 @@ def _grouped_plan(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
     """Every check and decision that depends only on the call's signature, done once per
     signature (the dict in :func:`_grouped_cuda` memoizes it): the entry point's checks, the
     operand checks, devices, the problem, the kernel choice and its loaded function, the grid
-    and MoeParams' int fields."""
+    and MoeParams' int fields; for a pair of tile loops (dispatch.Launch.pick) the same for the
+    second launch, each with the other's height and costs."""
     _grouped_checks(routing_name, a, packed, route)
     e, n, k = packed.num_experts, packed.n, packed.k
     a2 = a.reshape(-1, a.shape[-1]) if a.dim() == 3 else a
@@ -321,23 +322,38 @@ def _grouped_plan(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
     device_index = _device_index(a.device)
     problem = GroupedProblem(routing_name, n, k, e, max(1, rows_per_expert), packed.block_k)
     launch = select_grouped(problem, kernel_arch(device_index), _sm_count(device_index), split_override)
-    kernel = _load(launch, a.device)
-    tile = launch.rows_per_cta
-    ints = dict(num_routes=rows, n=n, k=k, num_experts=e)
-    if routing_name == "contiguous":
-        grid_y = -(-rows // tile)
-    elif routing_name == "contiguous_offsets":
-        grid_y = -(-rows // tile) + e  # tiles never straddle experts: at most ceil(M / tile) + E
-    else:  # CTAs per expert: its max_m rows in tiles
-        max_m = rows // e
-        ints.update(ctas_per_block=-(-max_m // tile), max_m=max_m)
-        grid_y = e * ints["ctas_per_block"]
-    grid, scratch = _launch_grid(kernel, launch, a.device, k, (-(-n // launch.cols_per_cta), grid_y, launch.split_k),
-                                 f"{routing_name} over {rows} rows of a in tiles of {tile} rows ({e} experts)")
     # A flat copy (a 3-D input that is no view of [rows, K]) is contiguous: its row stride is K.
     lda = k if flat_copy else a2.stride(0)
-    tail = _PARAMS_TAIL.pack(lda, out.stride(0), *(ints.get(name, 0) for name in _INTS), *scratch)
-    return kernel, launch, grid, (launch.spec.threads, 1, 1), flat_copy, _ROUTE_SLOT[routing_name], tail, device_index
+
+    def prepare(launch: Launch, pick: dict) -> tuple:
+        """(kernel, grid, the params' tail) of one launch."""
+        kernel = _load(launch, a.device)
+        tile = launch.rows_per_cta
+        ints = dict(num_routes=rows, n=n, k=k, num_experts=e, **pick)
+        if routing_name == "contiguous":
+            grid_y = -(-rows // tile)
+        elif routing_name == "contiguous_offsets":
+            grid_y = -(-rows // tile) + e  # tiles never straddle experts: at most ceil(M / tile) + E
+        else:  # CTAs per expert: its max_m rows in tiles
+            max_m = rows // e
+            ints.update(ctas_per_block=-(-max_m // tile), max_m=max_m)
+            grid_y = e * ints["ctas_per_block"]
+        grid, scratch = _launch_grid(kernel, launch, a.device, k,
+                                     (-(-n // launch.cols_per_cta), grid_y, launch.split_k),
+                                     f"{routing_name} over {rows} rows of a in tiles of {tile} rows ({e} experts)")
+        return kernel, grid, _PARAMS_TAIL.pack(lda, out.stride(0), *(ints.get(name, 0) for name in _INTS), *scratch)
+
+    paired = None
+    if launch.pick:  # two tile loops back to back, of which the device runs one (dispatch.Launch.pick)
+        other, cost, other_cost = launch.pick
+        kernel, grid, tail = prepare(launch, dict(pick_rows=other.rows_per_cta, pick_cost=cost,
+                                                  pick_other_cost=other_cost, pick_first=1))
+        paired = (other, *prepare(other, dict(pick_rows=launch.rows_per_cta, pick_cost=other_cost,
+                                              pick_other_cost=cost, pick_first=0)))
+    else:
+        kernel, grid, tail = prepare(launch, {})
+    return (kernel, launch, grid, (launch.spec.threads, 1, 1), flat_copy, _ROUTE_SLOT[routing_name], tail, device_index,
+            paired)
 
 
 _grouped_plans: dict = {}
@@ -354,16 +370,24 @@ def _grouped_cuda(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
     if plan is None:
         plan = _grouped_plans[key] = _grouped_plan(routing_name, a, packed, route, out, expected_m,
                                                    env.text(key[-1], "auto"))
-    kernel, launch, grid, block, flat_copy, slot, tail, device_index = plan
+    kernel, launch, grid, block, flat_copy, slot, tail, device_index, paired = plan
     if flat_copy:
         a = a.reshape(-1, a.shape[-1])
     r = route.data_ptr()
-    params = _PARAMS_POINTERS.pack(a.data_ptr(), qw.data_ptr(), packed.scale.data_ptr(), out.data_ptr(), 0, 0, 0,
-                                   r if slot == 7 else 0, r if slot == 8 else 0, r if slot == 9 else 0,  # _ROUTE_SLOT
-                                   ) + tail
+    pointers = _PARAMS_POINTERS.pack(a.data_ptr(), qw.data_ptr(), packed.scale.data_ptr(), out.data_ptr(), 0, 0, 0,
+                                     r if slot == 7 else 0, r if slot == 8 else 0, r if slot == 9 else 0,  # _ROUTE_SLOT
+                                     )
+    stream = _current_stream(device_index)
+    params = pointers + tail
     if launch.tensor_maps:
         params += _tma_params_tail(packed, launch)
-    kernel.launch(grid, block, launch.smem_bytes, _current_stream(device_index), params)
+    kernel.launch(grid, block, launch.smem_bytes, stream, params)
+    if paired:  # the pair's second tile loop, on the same stream (graph-capturable): one of the two works
+        other, kernel, grid, tail = paired
+        params = pointers + tail
+        if other.tensor_maps:
+            params += _tma_params_tail(packed, other)
+        kernel.launch(grid, (other.spec.threads, 1, 1), other.smem_bytes, stream, params)
 
 
 def _validating(validate: bool | None) -> bool:
