@@ -530,6 +530,10 @@ TALL_TILE_MIN_ROWS = TALL_TILE_ROWS
 # cost a row tile (row_tile_cost); one empty launch is the price (a few µs on calls of 0.5-7 ms).
 # Rated further above it is never launched (EP8 T=2048: rated +17 %, measured +18 %).
 TALL_TILE_PAIR_MARGIN = 0.10
+# From 4 tall tiles an expert the tall tile runs alone: there skew costs it -5 to +1 % (v27) and
+# the pair's unpicked launch and second count 0 to +1.7 % (v29, EP8/16/32 T=8192 and EP32 T=2048),
+# so the pair would buy nothing.
+TALL_TILE_UNPAIRED_ROWS = 4 * TALL_TILE_ROWS
 
 
 def deepest_wgmma_ring(wm: int, bn: int, most: int) -> int:
@@ -1042,8 +1046,11 @@ def pair_with_tall_tile(problem: GroupedProblem, best: Launch, candidates: list,
     """``best`` with the other of (the tall tile, the best short tile) as its pair (Launch.pick)
     when both are 2-warpgroup tile loops and the model rates the tall tile at most
     TALL_TILE_PAIR_MARGIN above the best short one (rated below it, it is paired too: the mean
-    cannot tell a skewed call); else ``best``. The first launch is the model's choice."""
+    cannot tell a skewed call) and the experts average under TALL_TILE_UNPAIRED_ROWS rows; else
+    ``best``. The first launch is the model's choice."""
     tall = dict(candidates).get(TALL_TILE_ROWS)
+    if problem.rows_per_expert >= TALL_TILE_UNPAIRED_ROWS:
+        return best
     # 2-warpgroup tile loops only: the 4-warpgroup tile does not read the pick (WgmmaTiles::kPairable)
     pairable = [(rows, launch) for rows, launch in candidates if launch.tile_loop and launch.spec.config.get("CWG") == 2]
     short = [(grouped_launch_cost(problem, rows, launch, 1, sms), launch) for rows, launch in pairable
