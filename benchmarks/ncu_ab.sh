@@ -14,6 +14,7 @@
 #   e.g. bash benchmarks/ncu_ab.sh /tmp/ab grouped "--scenarios ep8 --tokens 128" old=.ab/db2a594 new=.
 #
 # Environment: ROUTING_DIR (default DIR/routing), ROUTING_SEED (0), AB_TIMEOUT (seconds a run, 100),
+# AB_CLOCK (ncu --clock-control: base, the default, or none for the clocks do_bench sees),
 # AB_INSTALL=0 to skip installing this checkout (a warm machine that has it), AB_ENV_<LABEL> a
 # tree's own overrides for its precompile and runs (space-separated VAR=VALUE words), e.g.
 #   AB_ENV_cwg1="CHORD_W4A16_INDEXED_KERNEL=wgmma_sk CHORD_W4A16_TUNING=CWG=1" ... old=. cwg1=.
@@ -68,7 +69,7 @@ status "precompiled"
 
 run() {  # run LABEL INDEX
   env ${ENVS[$2]} BENCH_NVTX=1 timeout "${AB_TIMEOUT:-100}" ncu --nvtx --nvtx-include "bench_point/" \
-    --clock-control base --metrics gpu__time_duration.sum --csv --print-units base \
+    --clock-control "${AB_CLOCK:-base}" --metrics gpu__time_duration.sum --csv --print-units base \
     --log-file "$DIR/ncu_${FAMILY}_$1.csv" python3 -m benchmarks.bench_chord --family "$FAMILY" \
     --routing-dir "$ROUTING" $POINTS --warmup-ms 1 --rep-ms 1 --budget-s 300 --out "$DIR/${FAMILY}_$1.json" \
     > "$DIR/bench_${FAMILY}_$1.log" 2>&1

@@ -115,6 +115,6 @@ grouped_case("grouped 4-warpgroup split tail", 4096, 2048, [24] * 20, 640, 24, 3
 # 12, 26 and 30 rows (two tiles; masked clamps to 32).
 grouped_case("grouped 512 x 24", 4096, 1024, [12] * 20 + [30, 0, 5, 26], 768, 12, 32, 12)
 # The wide decode tile (dispatch.widen_decode: 256 weight rows in 128-column stages, NT 4) on K
-# 1024: 4 expected rows on 32 experts, ~500 tiles of 8 stages on the 396 resident CTAs (runs of
-# 10 stages: most tiles split over two CTAs), an empty expert and two of 9-12 rows (two tiles).
-grouped_case("grouped wide decode", 4096, 1024, [4] * 29 + [0, 9, 12], 512, 4, 16, 4)
+# 1024: 4 expected rows on 48 experts, ~780 tiles of 8 stages on the 396 resident CTAs (most
+# tiles split over two CTAs), an empty expert and two of 9-12 rows (two tiles).
+grouped_case("grouped wide decode", 4096, 1024, [4] * 45 + [0, 9, 12], 512, 4, 16, 4)

@@ -854,7 +854,10 @@ def grouped_mma_streamk(routing: str, nt: int, tt: int, stage_k: int, block_k: i
 # expected rows (EP8/EP16 T=8) uniform won 2-4 % and skewed lost 2.3-4.7 %, so the rule starts at
 # WIDE_DECODE_MIN_ROWS, half a tile an expert (skewed EP8 T=20: -2 to -3 % offsets, +0.3/+1.4 %
 # masked). expected_m 1 also stands for a handful of routes on many experts (EP8 T=1: +11-13 %).
-WIDE_DECODE_TILES_PER_CTA = 1.2
+# At the clocks do_bench and serving see (ncu --clock-control none, v28b) the tiles a CTA decide:
+# EP16 T=20 gate_up (1.2 tiles a CTA) +3.5 to +3.8 % where base clock read -1.2 to -2.5 %, while
+# 1.9+ (EP8 T=20/32, EP16 T=20 down) stayed -0.4 to -5.1 %: the rule starts at 1.5 (it was 1.2).
+WIDE_DECODE_TILES_PER_CTA = 1.5
 WIDE_DECODE_MIN_ROWS = 4
 WIDE_DECODE_ROUTINGS = ("contiguous_offsets", "masked")  # measured; the DeepGEMM form is not
 
