@@ -117,4 +117,4 @@ grouped_case("grouped 512 x 24", 4096, 1024, [12] * 20 + [30, 0, 5, 26], 768, 12
 # The wide decode tile (dispatch.widen_decode: 256 weight rows in 128-column stages, NT 4) on K
 # 1024: 4 expected rows on 48 experts, ~780 tiles of 8 stages on the 396 resident CTAs (most
 # tiles split over two CTAs), an empty expert and two of 9-12 rows (two tiles).
-grouped_case("grouped wide decode", 4096, 1024, [4] * 45 + [0, 9, 12], 512, 4, 16, 4)
+grouped_case("grouped wide decode", 4096, 1024, [4] * 45 + [0, 9, 12], 768, 4, 16, 4)
