@@ -3,9 +3,10 @@ checks, dispatch and launch, on a problem so small the GPU never holds the host 
 
     python3 -m benchmarks.host_overhead [--calls 20000]
 
-Prints µs per call for each entry point (indexed, contiguous, contiguous_offsets, masked with a
-2-D and a 3-D input, and an empty torch launch for scale); GPU only (SM90). The launches queue asynchronously,
-so wall time over many calls is the host cost; one synchronize at the end is excluded.
+Prints µs per call for each entry point (indexed, contiguous, contiguous_offsets, and a call that
+launches a grouped pair, masked with a 2-D and a 3-D input, and an empty torch launch for scale);
+GPU only (SM90). The calls are timed in batches, each queued behind a GPU sleep (per_call_us), so
+the wall time of a batch's calls is the host cost; the synchronizes between batches are excluded.
 """
 
 from __future__ import annotations
@@ -17,16 +18,27 @@ import time
 import torch
 from chord_kernels import contiguous, contiguous_offsets, indexed, layouts, masked, routing
 
+# The calls are timed in batches queued behind a GPU sleep, so the GPU never holds the host back
+# (a paired grouped call is two launches whose GPU time exceeds their host time) and the launch
+# queue never fills (a batch's launches stay well under the driver's pending-launch limit).
+BATCH_CALLS = 200
+BACKLOG_CYCLES = 20_000_000  # ~10 ms at 1.98 GHz: 200 calls of up to 50 µs of host time each
 
-def per_call_us(fn, calls: int) -> float:
+
+def per_call_us(fn, calls: int, batch: int = BATCH_CALLS) -> float:
     for _ in range(200):  # warm: compile, load, fill the plan caches
         fn()
     torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
+    elapsed, done = 0.0, 0
+    while done < calls:
+        n = min(batch, calls - done)
+        torch.cuda._sleep(BACKLOG_CYCLES)
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        elapsed += time.perf_counter() - start
+        torch.cuda.synchronize()
+        done += n
     return elapsed / calls * 1e6
 
 
@@ -52,9 +64,18 @@ def main() -> None:
     m_indices = torch.full((e * 8,), -1, dtype=torch.int32, device="cuda")
     a8_3d = a8.view(e, 8, k)
     m_indices[0], m_indices[16] = 0, 2  # DeepGEMM form: segments of 8 aligned rows, -1 padding
+    # A paired launch (dispatch.pair_with_tall_tile: the tall tile and the short one, both launched,
+    # one works): 900 expected rows on N 256, K 2048 pair them; the counts keep the GPU work tiny.
+    kp = 2048
+    w_pair = layouts.pack_w4a16(torch.randint(0, 16, (e, 256, kp), dtype=torch.uint8, device="cuda"),
+                                torch.rand(e, 256, kp // 32, device="cuda").to(torch.bfloat16), "contiguous")
+    a_pair = torch.randn(2, kp, device="cuda").to(torch.bfloat16)
+    out_pair = torch.empty(2, 256, dtype=torch.bfloat16, device="cuda")
     results = {
         "indexed": per_call_us(lambda: indexed(a, w_idx, sorted_ids, expert_ids, ntp, 2, 8, out), args.calls),
         "contiguous_offsets": per_call_us(lambda: contiguous_offsets(a, w_con, offsets, out2, expected_m=1), args.calls),
+        "contiguous_offsets_paired": per_call_us(
+            lambda: contiguous_offsets(a_pair, w_pair, offsets, out_pair, expected_m=900), args.calls),
         "contiguous": per_call_us(lambda: contiguous(a8, w_con, m_indices, out8), args.calls),
         "masked": per_call_us(lambda: masked(a8, w_msk, counts, 1, out8), args.calls),
         "masked_3d": per_call_us(lambda: masked(a8_3d, w_msk, counts, 1, out8), args.calls),

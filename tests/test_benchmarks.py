@@ -689,3 +689,29 @@ def test_precompile_points_and_config_cover_a_grouped_pair(tmp_path, monkeypatch
     assert ncu_ab_table.launches_per_call(rec) == 2
     masked = bench_chord.grouped_config("grouped_masked", proj.n, proj.k, 24, 683, torch.device("cuda", 0))
     assert ncu_ab_table.launches_per_call({"config": masked}) == 1 and "config unknown" not in masked
+
+
+def test_host_overhead_times_batches_behind_a_gpu_sleep(monkeypatch):
+    """benchmarks.host_overhead.per_call_us queues each batch of calls behind a GPU sleep and times
+    only the calls (CPU stubs for the CUDA calls): every call runs once, in batches of at most
+    BATCH_CALLS, each batch after a sleep and before a synchronize."""
+    from benchmarks import host_overhead
+
+    events = []
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: events.append(("sleep", cycles)))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: events.append(("sync",)))
+    us = host_overhead.per_call_us(lambda: events.append(("call",)), 450, batch=200)
+    assert us >= 0
+    timed = events[events.index(("sync",)) + 1:]  # after the warm-up's 200 calls and its synchronize
+    assert events[:200] == [("call",)] * 200
+    batches, current = [], None
+    for event in timed:
+        if event[0] == "sleep":
+            assert current is None and event[1] == host_overhead.BACKLOG_CYCLES
+            current = 0
+        elif event == ("call",):
+            current += 1
+        else:
+            batches.append(current)
+            current = None
+    assert batches == [200, 200, 50]
