@@ -527,7 +527,7 @@ TALL_TILE_MIN_ROWS = TALL_TILE_ROWS
 # Under a skewed router the mean cannot tell which height pads less, so where the model rates
 # the tall tile at most TALL_TILE_PAIR_MARGIN above the best short tile (or below it), the call
 # launches both (Launch.pick) and the device picks from the experts' actual rows, by the same
-# cost a row tile (row_tile_cost); one empty launch is the price (a few µs on calls of 0.5-7 ms).
+# cost a row tile (row_tile_cost); one empty launch is the price (a few µs on calls of 0.5-2 ms).
 # Rated further above it is never launched (EP8 T=2048: rated +17 %, measured +18 %).
 TALL_TILE_PAIR_MARGIN = 0.10
 # From 4 tall tiles an expert the tall tile runs alone: there skew costs it -5 to +1 % (v27) and
@@ -965,13 +965,18 @@ def grouped_launch_cost(problem: GroupedProblem, rows: int, launch: Launch, spli
     else:
         waves = expected_waves(em, experts, rows, col_tiles * split, sms)
     stages = problem.k // WGMMA_STAGE_K
+    return waves * tile_stage_cost(rows, launch) * (stages / split + SPLIT_K_FIXED_STAGES)
+
+
+def tile_stage_cost(rows: int, launch: Launch) -> float:
+    """A K stage of one tile of ``rows`` rows in grouped_launch_cost's units: its weight rows x
+    (rows + TILE_FIXED_ROWS), scaled for the tiles that cost more than their rows say."""
     # BLOCK_COST_SCALE is the 4-warpgroup 512 x 56 tile's; a 56-row tile on 2 warpgroups (BLOCK_K
     # 128) costs what its rows say (v16: masked 56 -> 64-row tiles, 62 -> 66 µs a tile wave, +7 %).
     scale = BLOCK_COST_SCALE.get(rows, 1.0) if launch.spec.config.get("CWG") == 4 else 1.0
     if rows == TALL_TILE_ROWS:
         scale = TALL_TILE_COST_SCALE
-    per_tile = launch.cols_per_cta * (rows + TILE_FIXED_ROWS) * scale * (stages / split + SPLIT_K_FIXED_STAGES)
-    return waves * per_tile
+    return launch.cols_per_cta * (rows + TILE_FIXED_ROWS) * scale
 
 
 def grouped_row_candidates(problem: GroupedProblem, sms: int = H200_SMS) -> tuple[int, ...]:
@@ -1040,9 +1045,7 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
 def row_tile_cost(problem: GroupedProblem, launch: Launch) -> int:
     """A row tile's cost over all of N in grouped_launch_cost's units (K's stages left out: the
     same for both tiles of a pair), as the integer the device compares (MoeParams::pick_cost)."""
-    col_tiles = -(-problem.n // launch.cols_per_cta)
-    scale = TALL_TILE_COST_SCALE if launch.rows_per_cta == TALL_TILE_ROWS else 1.0
-    return round(col_tiles * launch.cols_per_cta * (launch.rows_per_cta + TILE_FIXED_ROWS) * scale)
+    return round(-(-problem.n // launch.cols_per_cta) * tile_stage_cost(launch.rows_per_cta, launch))
 
 
 def pair_with_tall_tile(problem: GroupedProblem, best: Launch, candidates: list, sms: int = H200_SMS) -> Launch:
@@ -1051,9 +1054,9 @@ def pair_with_tall_tile(problem: GroupedProblem, best: Launch, candidates: list,
     TALL_TILE_PAIR_MARGIN above the best short one (rated below it, it is paired too: the mean
     cannot tell a skewed call) and the experts average under TALL_TILE_UNPAIRED_ROWS rows; else
     ``best``. The first launch is the model's choice."""
-    tall = dict(candidates).get(TALL_TILE_ROWS)
     if problem.rows_per_expert >= TALL_TILE_UNPAIRED_ROWS:
         return best
+    tall = dict(candidates).get(TALL_TILE_ROWS)
     # 2-warpgroup tile loops only: the 4-warpgroup tile does not read the pick (WgmmaTiles::kPairable)
     pairable = [(rows, launch) for rows, launch in candidates if launch.tile_loop and launch.spec.config.get("CWG") == 2]
     short = [(grouped_launch_cost(problem, rows, launch, 1, sms), launch) for rows, launch in pairable
