@@ -92,15 +92,16 @@ grouped_case("grouped K384", 160, 384, [5, 12, 0, 7], 64, 6, 16, 6)
 # ~180 wgmma tiles, more than the resident CTAs: each CTA loops over 1-2 tiles through one ring.
 grouped_case("grouped tile loop", 2048, 1024, [900, 0, 1200, 500], 4864, 2600, 1216, 650)
 # A few tiles on K 2048, far fewer than the CTAs: the tile loop's split tail (each tile in two
-# pieces, partials through the workspace, the last piece adds up; masked: whole-block pairs).
+# pieces, partials through the workspace, the last piece adds up; masked: BLOCK_K-128 stage pairs).
 grouped_case("grouped split tail", 256, 2048, [200, 0, 90, 130], 420, 105, 200, 105)
-# The offsets form's tall tile (240 rows at WM 1) alone (1000 expected rows: from dispatch.
-# TALL_TILE_UNPAIRED_ROWS). Experts of 1300 (six tiles, the last partial), 0, 700 and 1000 rows:
-# 28 tiles on K 2048, each in two pieces (the split tail's 120-float partials).
+# The tall tile (240 rows at WM 1) alone (1000 expected rows: from dispatch.TALL_TILE_UNPAIRED_ROWS;
+# masked: its BLOCK_K-128 weights a stage a box). Experts of 1300 (six tiles, the last partial), 0,
+# 700 and 1000 rows (masked: 1024 at most): 28 tiles on K 2048, each in two pieces (the split
+# tail's 120-float partials).
 grouped_case("grouped tall split tail", 256, 2048, [1300, 0, 700, 1000], 4096, 1000, 1024, 1000)
 # The same counts at 900 expected rows: the tall tile paired with the 256 x 128 tile (dispatch.
-# Launch.pick: both launched, the device runs one). The tall tile (launched first) runs; the
-# 128-row launch exits before its barriers.
+# Launch.pick: both launched, the device runs one; masked too). The tall tile (launched first)
+# runs; the 128-row launch exits before its barriers.
 grouped_case("grouped pair, tall runs", 256, 2048, [1300, 0, 700, 1000], 4096, 900, 1024, 900)
 # The same pair on counts that pad the tall tile (130, 0, 250, 500 rows): the second launch (128
 # rows, 8 tiles split over CTAs) runs after the first exits.

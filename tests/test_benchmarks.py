@@ -662,8 +662,8 @@ def test_precompile_points_picks_the_runs_launches(family, scenario, tmp_path):
 
 
 def test_precompile_points_and_config_cover_a_grouped_pair(tmp_path, monkeypatch):
-    """EP16 T=2048 on the offsets form launches a pair of tile loops (dispatch.Launch.pick, the
-    240-row tile and the 256 x 128 tile): precompile_points compiles both kernels, and the point's
+    """EP16 T=2048 on the offsets and masked forms launches a pair of tile loops (dispatch.Launch.pick,
+    the 240-row tile and the 256 x 128 tile): precompile_points compiles both kernels, and the point's
     config names both (benchmarks.ncu_ab_table counts two kernels for it)."""
     import argparse
 
@@ -677,9 +677,10 @@ def test_precompile_points_and_config_cover_a_grouped_pair(tmp_path, monkeypatch
                               "--tokens", "2048", "--dists", "uniform"])
     launches = precompile_points.point_launches(args, "sm_90a", 132)
     tall = [launch for launch in launches if launch.rows_per_cta == 240]
-    assert len(tall) == len(S.PROJECTIONS) and all(launch.pick for launch in tall)
+    paths = common.family_paths(args)
+    assert len(tall) == len(S.PROJECTIONS) * len(paths) and all(launch.pick for launch in tall)
     assert all(launch.pick[0] in launches for launch in tall)
-    assert len(launches) == len(S.PROJECTIONS) * (len(common.family_paths(args)) + 1)  # contiguous: two each
+    assert len(launches) == len(S.PROJECTIONS) * len(paths) * 2  # two each
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: argparse.Namespace(multi_processor_count=132))
     monkeypatch.setattr("chord_kernels.device.kernel_arch", lambda index: "sm_90a")
@@ -688,7 +689,9 @@ def test_precompile_points_and_config_cover_a_grouped_pair(tmp_path, monkeypatch
     assert "tile=240x128; paired with " in rec["config"] and "tile=128x256 em=683" in rec["config"], rec
     assert ncu_ab_table.launches_per_call(rec) == 2
     masked = bench_chord.grouped_config("grouped_masked", proj.n, proj.k, 24, 683, torch.device("cuda", 0))
-    assert ncu_ab_table.launches_per_call({"config": masked}) == 1 and "config unknown" not in masked
+    assert ncu_ab_table.launches_per_call({"config": masked}) == 2 and "BLOCK_K=128" in masked, masked
+    single = bench_chord.grouped_config("grouped_masked", proj.n, proj.k, 24, 120, torch.device("cuda", 0))
+    assert ncu_ab_table.launches_per_call({"config": single}) == 1 and "config unknown" not in single
 
 
 def test_host_overhead_times_batches_behind_a_gpu_sleep(monkeypatch):

@@ -366,7 +366,7 @@ def test_tuning_override(monkeypatch):
                                                ("contiguous_offsets", 83, {"WM": 2, "BN": 96}),
                                                ("contiguous", 83, {"WM": 2, "BN": 128}),
                                                ("contiguous_offsets", 100, {"WM": 2, "BN": 128}),
-                                               ("masked", 5000, {"WM": 2, "BN": 128})])
+                                               ("masked", 5000, {"WM": 1, "BN": 240})])
 def test_grouped_choice(routing, rows, want):
     from chord_kernels.dispatch import GroupedProblem
 
@@ -526,47 +526,48 @@ def test_grouped_tall_tile_pairs(n, k, experts, rows, first, paired):
 
 
 def test_grouped_tall_tile_where_it_is_weighed_and_paired():
-    """Masked and short K never weigh the tall tile; every pair is two 2-warpgroup tile loops, one
-    of them the tall tile (the 4-warpgroup tile does not read the pick: WgmmaTiles::kPairable)."""
+    """The offsets and masked forms weigh the tall tile (masked since its BLOCK_K-128 weights load
+    a stage a box, v30), the DeepGEMM form and short K never; every pair is two 2-warpgroup tile
+    loops, one of them the tall tile (the 4-warpgroup tile does not read the pick:
+    WgmmaTiles::kPairable)."""
     def pick(routing, experts, rows, n=4096, k=7168):
         return dispatch.select_grouped(GroupedProblem(routing, n, k, experts, rows, 64 if routing != "masked" else 128))
 
-    for experts, rows in ((24, 683), (12, 1358)):
-        masked = pick("masked", experts, rows)
-        assert masked.rows_per_cta == 128 and masked.pick is None
+    for routing in dispatch.TALL_TILE_ROUTINGS:
+        paired, alone = pick(routing, 24, 683), pick(routing, 12, 1358)  # EP16 and EP32 T=2048
+        assert {paired.rows_per_cta, paired.pick[0].rows_per_cta} == {dispatch.TALL_TILE_ROWS, 128}
+        assert alone.rows_per_cta == dispatch.TALL_TILE_ROWS and alone.pick is None
+        assert alone.stage_boxes == (routing == "masked")  # its BLOCK_K-128 weights a stage a box
+    assert dispatch.TALL_TILE_ROWS not in dispatch.grouped_tile_row_choices("contiguous")
     assert dispatch.TALL_TILE_MIN_ROWS == dispatch.TALL_TILE_ROWS
     assert dispatch.TALL_TILE_ROWS in dispatch.grouped_row_candidates(GroupedProblem("contiguous_offsets", 4096, 7168,
                                                                                      48, 344, 64))
     for experts, rows in ((24, 171), (48, 239)):
         assert dispatch.TALL_TILE_ROWS not in dispatch.grouped_row_candidates(
             GroupedProblem("contiguous_offsets", 4096, 7168, experts, rows, 64))
-    assert dispatch.TALL_TILE_ROWS not in dispatch.grouped_row_candidates(GroupedProblem("masked", 4096, 7168, 12,
-                                                                                         1358, 128))
     # short K has no tile loop to put it on
     assert dispatch.TALL_TILE_ROWS not in dispatch.grouped_row_candidates(GroupedProblem("contiguous_offsets", 7168,
                                                                                          256, 384, 1358, 64))
     assert pick("contiguous_offsets", 24, 683, 7168, 256).pick is None
-    assert dispatch.TALL_TILE_ROWS in dispatch.grouped_tile_row_choices("contiguous_offsets")
-    assert dispatch.TALL_TILE_ROWS not in dispatch.grouped_tile_row_choices("masked")
+    assert all(dispatch.TALL_TILE_ROWS in dispatch.grouped_tile_row_choices(r) for r in dispatch.TALL_TILE_ROUTINGS)
     pairs, symbols = 0, set()
-    for experts in (12, 24, 48):
-        for rows in range(33, 3000, 7):
-            for n, k in ((4096, 7168), (7168, 2048)):
-                problem = GroupedProblem("contiguous_offsets", n, k, experts, rows, 64)
-                launch = dispatch.select_grouped(problem)
-                if rows < dispatch.TALL_TILE_MIN_ROWS:
-                    assert launch.pick is None and launch.rows_per_cta != dispatch.TALL_TILE_ROWS
-                if rows >= dispatch.TALL_TILE_UNPAIRED_ROWS:
-                    assert launch.pick is None
-                if launch.pick is None:
-                    continue
-                pairs += 1
-                both = (launch, launch.pick[0])
-                symbols |= {b.spec.symbol for b in both}
-                assert sorted(b.rows_per_cta == dispatch.TALL_TILE_ROWS for b in both) == [False, True]
-                assert all(b.tile_loop and b.spec.config["CWG"] == 2 for b in both)
-                assert launch.pick[1:] == (dispatch.row_tile_cost(problem, launch),
-                                           dispatch.row_tile_cost(problem, launch.pick[0]))
+    for experts, rows, (n, k), (routing, block_k) in itertools.product(
+            (12, 24, 48), range(33, 3000, 7), ((4096, 7168), (7168, 2048)), (("contiguous_offsets", 64), ("masked", 128))):
+        problem = GroupedProblem(routing, n, k, experts, rows, block_k)
+        launch = dispatch.select_grouped(problem)
+        if rows < dispatch.TALL_TILE_MIN_ROWS:
+            assert launch.pick is None and launch.rows_per_cta != dispatch.TALL_TILE_ROWS
+        if rows >= dispatch.TALL_TILE_UNPAIRED_ROWS:
+            assert launch.pick is None
+        if launch.pick is None:
+            continue
+        pairs += 1
+        both = (launch, launch.pick[0])
+        symbols |= {b.spec.symbol for b in both}
+        assert sorted(b.rows_per_cta == dispatch.TALL_TILE_ROWS for b in both) == [False, True]
+        assert all(b.tile_loop and b.spec.config["CWG"] == 2 for b in both)
+        assert launch.pick[1:] == (dispatch.row_tile_cost(problem, launch),
+                                   dispatch.row_tile_cost(problem, launch.pick[0]))
     assert pairs > 100
     # both kernels of every pair are compiled by CI (and precompile_points compiles both)
     assert symbols <= {launch.spec.symbol for launch in dispatch.grouped_reachable_launches()}

@@ -62,6 +62,29 @@ def test_block_k_128_weight_box_is_a_stage_pair_in_memory_order(rows):
 
 
 @pytest.mark.parametrize("rows", [512, 256, 128])
+def test_block_k_128_weight_box_is_one_stage_in_the_block_k_64_layout(rows):
+    """BLOCK_K-128 stage boxes (masked, the 128-row tall tile and stream-K): a box a stage, n-tile
+    t's 512 bytes at t, lane o's 16 bytes of the stage at o: the shared memory a BLOCK_K-64 box of
+    the same codes fills (WgmmaTile::weight_chunk reads one layout), for both stages of a block."""
+    e, n, k = 3, 336, 512
+    packed = packed_weight(e, n, k, "masked")
+    geo = tma.weight_map_geometry(e, n, k, rows, block_k=128, stage_boxes=True)
+    assert geo.box == (4, 32, 1, rows // 16, 1) and geo.box_bytes == 32 * rows
+    indexed = layouts.tile_codes(layouts.untile_codes(packed.qweight, 128), 64)  # the same codes, a stage a block
+    geo64 = tma.weight_map_geometry(e, n, k, rows)
+    for expert, col_tile, stage in [(0, 0, 0), (0, 0, 1), (2, 1, 5), (1, (n - 1) // rows, 6)]:
+        n_tile0 = col_tile * rows // 16
+        box = read_box(packed.qweight, geo, tma.weight_box_coords(stage, n_tile0, expert, 128, stage_boxes=True))
+        assert box.shape == (1, rows // 16, 1, 32, 4)
+        want = read_box(indexed, geo64, tma.weight_box_coords(stage, n_tile0, expert))
+        assert torch.equal(box.reshape(-1), want.reshape(-1))
+        for t in range(rows // 16):
+            tile = n_tile0 + t
+            expect = indexed[expert, tile, stage] if tile < n // 16 else torch.zeros(32, 4, dtype=torch.int32)
+            assert torch.equal(box[0, t, 0], expect)
+
+
+@pytest.mark.parametrize("rows", [512, 256, 128])
 def test_scale_box_is_the_stages_two_groups_of_the_tiles_rows(rows):
     e, n, k = 2, 336, 256
     packed = packed_weight(e, n, k)
@@ -77,7 +100,8 @@ def test_scale_box_is_the_stages_two_groups_of_the_tiles_rows(rows):
 
 def test_box_bytes_are_a_ring_slots_weights_and_scales():
     """WgmmaTile::kTmaStageBytes (the bytes `full` is armed with) = the two boxes, for every
-    wgmma tile shape the dispatch builds; a BLOCK_K-128 weight box fills two slots' weights."""
+    wgmma tile shape the dispatch builds; a BLOCK_K-128 weight box fills two slots' weights, or
+    one slot's as a stage box."""
     for wm, cwg in [(1, 2), (2, 2), (2, 4)]:
         rows = cwg * 64 * wm
         slot = dispatch.wgmma_smem_bytes(wm, 32, 2, cwg) - dispatch.wgmma_smem_bytes(wm, 32, 1, cwg)
@@ -85,12 +109,19 @@ def test_box_bytes_are_a_ring_slots_weights_and_scales():
         weights, scales = tma.weight_map_geometry(48, 4096, 7168, rows), tma.scale_map_geometry(48, 4096, 7168, rows)
         assert weights.box_bytes + scales.box_bytes == slot - act_ids_barriers
         assert tma.weight_map_geometry(48, 4096, 7168, rows, block_k=128).box_bytes == 2 * weights.box_bytes
+        assert tma.weight_map_geometry(48, 4096, 7168, rows, 128, stage_boxes=True).box_bytes == weights.box_bytes
 
 
 def test_kimi_geometry():
     w = tma.weight_map_geometry(48, 4096, 7168, 512)
     assert w.dims == (128, 112, 256, 48) and w.box == (128, 1, 32, 1)
     assert w.strides == (512, 512 * 112, 512 * 112 * 256)
+    m = tma.weight_map_geometry(48, 4096, 7168, 128, 128, stage_boxes=True)  # the masked tall tile: 16-byte rows
+    assert tma.weight_map_geometry(48, 4096, 7168, 128, 64, stage_boxes=True) == tma.weight_map_geometry(48, 4096, 7168, 128)
+    assert m.dims == (8, 32, 56, 256, 48) and m.box == (4, 32, 1, 8, 1)
+    assert m.strides == (32, 1024, 1024 * 56, 1024 * 56 * 256)
+    assert tma.weight_box_coords(13, 32, 5, 128, stage_boxes=True) == (4, 0, 6, 32, 5)
+    assert tma.weight_box_coords(12, 32, 5, 128) == (0, 6, 32, 5) and tma.weight_box_coords(13, 32, 5) == (0, 13, 32, 5)
     s = tma.scale_map_geometry(48, 7168, 2048, 512)
     assert s.dims == (3584, 64, 48) and s.box == (256, 2, 1) and s.strides == (14336, 14336 * 64)
 
@@ -114,14 +145,21 @@ def test_tensor_maps_refuse_strided_tensors():
 
 
 def test_tma_launches_take_the_maps_in_their_parameters():
-    """Every wgmma launch that loads whole K blocks is declared with MoeTmaParams and appends the
-    maps (448 bytes: MoeParams, padding to 192, two 128-byte maps); BLOCK_K-128 weights on the
-    stream-K schedule (stage by stage) and mma launches do not."""
+    """Every wgmma launch, on either BLOCK_K and schedule, is declared with MoeTmaParams and
+    appends the maps (448 bytes: MoeParams, padding to 192, two 128-byte maps); mma launches do not.
+    BLOCK_K-128 weights come a K block a box (stage pairs) on whole-block tiles of 256+ weight rows,
+    else a stage a box (WgmmaTile::kBlockPairs)."""
     assert ops._TMA_MAPS_OFFSET == 192 and ops._TMA_MAPS_OFFSET + 256 == 448
     for launch in (dispatch.indexed_wgmma(2, 32, 8, cwg=4), dispatch.indexed_wgmma_streamk(2, 56, 8),
                    dispatch.grouped_wgmma("contiguous", 2, 128, 6, 64), dispatch.grouped_wgmma("masked", 2, 56, 6, 128),
-                   dispatch.grouped_wgmma("masked", 2, 32, 8, 128, cwg=4, split_k=2)):
+                   dispatch.grouped_wgmma("masked", 2, 32, 8, 128, cwg=4, split_k=2),
+                   dispatch.grouped_wgmma_streamk("masked", 2, 56, 6, 128)):
         assert launch.tensor_maps and launch.spec.params_type == "chord::MoeTmaParams"
         assert "run(chord::moe_params(params))" in launch.spec.source()
-    for launch in (dispatch.grouped_wgmma_streamk("masked", 2, 56, 6, 128), dispatch.indexed_mma_streamk(2, 2, 256)):
-        assert not launch.tensor_maps and launch.spec.params_type == "chord::MoeParams"
+    pairs = [dispatch.grouped_wgmma("masked", 2, 56, 6, 128), dispatch.grouped_wgmma("masked", 2, 32, 8, 128, cwg=4, split_k=2)]
+    stage_boxes = [dispatch.grouped_wgmma("masked", 1, 240, 4, 128), dispatch.grouped_wgmma_streamk("masked", 2, 56, 6, 128),
+                   dispatch.grouped_wgmma("masked", 1, 64, 6, 128)]
+    assert [launch.stage_boxes for launch in pairs + stage_boxes] == [False] * 2 + [True] * 3
+    assert not dispatch.grouped_wgmma("contiguous_offsets", 1, 240, 4, 64).stage_boxes
+    launch = dispatch.indexed_mma_streamk(2, 2, 256)
+    assert not launch.tensor_maps and launch.spec.params_type == "chord::MoeParams"

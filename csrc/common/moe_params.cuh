@@ -59,13 +59,13 @@ static_assert(offsetof(MoeParams, lda) == 80 && offsetof(MoeParams, num_routes) 
               "MoeParams layout changed: update chord_kernels/ops.py");
 
 // The parameters of the kernels whose tile loads weights and scales by tensor map
-// (WgmmaTile::kTma): MoeParams first, then the two maps chord_kernels.tma encodes for the packed
+// (WgmmaTile, every BLOCK_K): MoeParams first, then the two maps chord_kernels.tma encodes for the packed
 // weight and the tile's rows. The kernel bodies see the MoeParams part (moe_params); the tile's
 // producer finds the maps from it (tma_maps: `base` is the first member, so the two share an
 // address).
 struct MoeTmaParams {
   MoeParams base;
-  TensorMap weight_map;  // qweight as [E][N/16][K/64][128 int32]; box: one stage of the tile's n-tiles
+  TensorMap weight_map;  // qweight; box: one stage of the tile's n-tiles (WgmmaTile::tma_weights)
   TensorMap scale_map;   // scale as [E][K/32][N/2 bf16 pairs]; box: one stage's two groups of the tile's rows
 };
 static_assert(offsetof(MoeTmaParams, weight_map) == 192 && offsetof(MoeTmaParams, scale_map) == 320 &&

@@ -51,4 +51,13 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const TensorMap& map, uin
       : "memory");
 }
 
+__device__ __forceinline__ void tma_load_5d(void* dst, const TensorMap& map, uint64_t* bar, int c0, int c1, int c2,
+                                            int c3, int c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], "
+      "[%7];\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(smem_addr(bar))
+      : "memory");
+}
+
 }  // namespace chord

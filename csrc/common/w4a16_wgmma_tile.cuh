@@ -13,10 +13,9 @@
 // Warp-specialized: warpgroup 0 is the producer. It gathers each 64-column stage (the consumer
 // lanes' weight chunks, the CTA rows' scales, the tile's activation rows) into a STAGES-deep
 // ring and signals the slot's "full" mbarrier when its copies land: the weights and scales as
-// tensor-map boxes (TMA, one thread; on BLOCK_K-128 weights one box a K block, two stages) and
-// the gathered activation rows with cp.async (on the stream-K schedule BLOCK_K-128 weights go
-// stage by stage, all of it with cp.async). It gives its
-// registers to the consumers (setmaxnreg). The consumer warpgroups wait on "full", load their weight
+// tensor-map boxes (TMA, one thread; BLOCK_K-128 weights either one box a K block into two slots,
+// or one box a stage, see kBlockPairs) and the gathered activation rows with cp.async. It gives
+// its registers to the consumers (setmaxnreg). The consumer warpgroups wait on "full", load their weight
 // chunk and scales, dequantize k step i+1 into one of two A register sets while the wgmma group
 // of step i runs (wait_group<1>), and release a slot on its "empty" mbarrier (one arrival per
 // consumer thread) once the group that read it has retired. No CTA-wide barrier in the main loop: the consumers never wait on each
@@ -78,20 +77,20 @@ struct WgmmaTile {
   static constexpr int kGroupsPerStage = kStageK / kGroupSize;
   // A packed K block's stages: 1 at BLOCK_K 64, 2 at 128 (a lane's 16 bytes of each side by side).
   static constexpr int kStagesPerBlock = BLOCK_K / kStageK;
-  // BLOCK_K 128 with whole blocks: a K block's two stages fill an even ring slot and the next
-  // together (see weight_chunk).
-  static constexpr bool kBlockPairs = kStagesPerBlock == 2 && WHOLE_BLOCKS;
-  // Weights and scales by tensor map (kernels declared with MoeTmaParams; the host's
-  // dispatch.wgmma_uses_tma): one box of the CTA's kRows / 16 n-tiles a K block, 512 contiguous
-  // bytes each at BLOCK_K 64 (a stage), 1024 at BLOCK_K 128 (a stage pair). A BLOCK_K-128 stage
-  // alone (stream-K) is not one box: those copy with cp.async.
-  static constexpr bool kTma = kStagesPerBlock == 1 || kBlockPairs;
+  // BLOCK_K-128 weights come one box a K block (a stage pair: an even ring slot and the next,
+  // the block in memory order, see weight_chunk) where the tile takes 256+ weight rows a stage
+  // and loads whole blocks; else one box a stage (stage boxes: a lane's 16 bytes of the stage
+  // from each lane's 32, the BLOCK_K-64 layout in shared memory, tma_weights). A stage box is
+  // rows of 16 bytes: on the memory-bound 512-row mid-batch tiles it measured +13 to +21 %
+  // (grouped-kernels.md v30), while the 128-row tall tile needs it (its 4-slot ring holds two
+  // pairs: +17 to +71 %, v27) and the stream-K schedule may start a split inside a block.
+  static constexpr bool kBlockPairs = kStagesPerBlock == 2 && WHOLE_BLOCKS && kRows >= 256;
   using Mma = WgmmaRS<BN>;
   static_assert(BN % 8 == 0 && BN <= 256, "BN must be a multiple of 8 (one swizzle atom), at most 256");
   static_assert(WM * BN <= 256, "at most 128 accumulators a consumer thread (2 consumer warpgroups hold 216 registers)");
   static_assert(STAGES >= 2, "the ring needs a slot being read and one being filled");
   static_assert(CWG == 2 || (CWG == 4 && WM * BN <= 112), "4 consumer warpgroups hold at most 56 accumulators a thread");
-  static_assert(BLOCK_K % kStageK == 0, "the packed BLOCK_K must be a multiple of 64");
+  static_assert(BLOCK_K == 64 || BLOCK_K == 128, "the packed BLOCK_K is 64 or 128 (chord_kernels.tma)");
   // The epilogue through shared memory (store): each consumer warpgroup stages one m64 tile's
   // BN x 64 outputs at a time and writes them as 16-byte row pieces. Only with 2 consumer
   // warpgroups: with 4 the staging would push the ring out of shared memory.
@@ -136,9 +135,9 @@ struct WgmmaTile {
   // `full` completes after `full_arrivals`: one cp.async-arrive per producer thread (its copies
   // of the slot landed), plus, on the stream-K schedule, one ordinary arrive per producer thread
   // after its plain shared-memory stores of the slot's row ids, and in the tile loop one by the
-  // thread that stores the slot's tile (cp.async arrivals do not order those stores); with kTma
-  // one more, thread 0's arrive that arms the boxes' bytes (load_stage, or arrive_unloaded).
-  static constexpr int kTmaArrivals = kTma ? 1 : 0;
+  // thread that stores the slot's tile (cp.async arrivals do not order those stores); and one
+  // more, thread 0's arrive that arms the boxes' bytes (load_stage, or arrive_unloaded).
+  static constexpr int kTmaArrivals = 1;
   __device__ static void init_barriers(Smem& sm, int full_arrivals) {
     if (threadIdx.x == 0) {
 #pragma unroll
@@ -205,15 +204,11 @@ struct WgmmaTile {
     return col_tile * (kRows / kTile) + tile_in_cta(cwarp, m);
   }
 
-  // The producer's per-stage work is address arithmetic plus one cp.async per 16 bytes, on one
-  // warp per scheduler, so everything that does not change along K is computed once per tile:
-  // each thread keeps the same activation rows, weight chunks and scale chunk for every stage and
-  // only adds the stage's offset.
+  // The producer's per-stage work is address arithmetic plus one cp.async per 16 bytes of
+  // activations (the weights and scales are one box each, from one thread), so everything that
+  // does not change along K is computed once per tile: each thread keeps the same activation rows
+  // for every stage and only adds the stage's offset.
   static constexpr int kActPerThread = (kTok + 15) / 16;  // 16 tile rows a pass of 128 threads
-  static constexpr int kWeightPerThread = kConsumerWarps * WM * 32 / kProducerThreads;
-  static constexpr int kScaleChunks = kGroupsPerStage * kRows / 8;  // 8 scales per 16 bytes
-  static_assert(kConsumerWarps * WM * 32 % kProducerThreads == 0, "producer threads divide the stage's weight chunks");
-  static_assert(kScaleChunks <= kProducerThreads, "one scale chunk per producer thread at most");
 
   // Activations: producer thread tid copies chunk tid % 8 of tile rows tid / 8 + 16 i (their
   // swizzled destinations are one offset apart: row % 8 is the same for all of them).
@@ -223,97 +218,28 @@ struct WgmmaTile {
     return kTok % 16 == 0 || act_row_of(tid, i) < kTok;
   }
 
-  // Int32 words from a lane's chunk at stage 0 to its chunk at stage s (the same for every
-  // n-tile and lane: the packed format stores a tile's K blocks in order).
-  __device__ __forceinline__ static int64_t stage_words(int s) {
-    return (int64_t)(s / kStagesPerBlock) * 32 * (BLOCK_K / kTile) + (s % kStagesPerBlock) * 4;
+  // The boxes' coordinates are all a tile needs (the maps zero-fill past N).
+  struct Sources {
+    int expert;
+    int col_tile;
+  };
+  __device__ __forceinline__ static Sources sources(const MoeParams&, int expert, int col_tile) {
+    return Sources{expert, col_tile};
   }
 
-  // Where the consumers find their weight chunk of the stage in ring slot `slot`. By tensor map
-  // (kTma) the box holds the CTA's n-tiles in order, so the chunk is in n-tile tile_in_cta(cwarp,
-  // m): at BLOCK_K 64 lane o's 16 bytes at o of it (a warp reads 512 contiguous bytes); stage
-  // pairs (BLOCK_K 128): the box fills an even slot's weight area and the next's, the block in
-  // memory order, lane o's chunk of stage h at 2 o + h of its n-tile (a warp's 16-byte reads at
-  // a 32-byte stride: 2-way bank conflicted, once a stage). By owner (cp.async, BLOCK_K 128 on the
-  // stream-K schedule): sm.w[slot][cwarp][m][lane].
+  // Where the consumers find their weight chunk of the stage in ring slot `slot`: the box holds
+  // the CTA's n-tiles in order, so the chunk is in n-tile tile_in_cta(cwarp, m): a stage box puts
+  // lane o's 16 bytes at o of it (a warp reads 512 contiguous bytes); stage pairs (kBlockPairs):
+  // the box fills an even slot's weight area and the next's, the block in memory order, lane o's
+  // chunk of stage h at 2 o + h of its n-tile (a warp's 16-byte reads at a 32-byte stride: 2-way
+  // bank conflicted, once a stage).
   __device__ __forceinline__ static const uint4* weight_chunk(const Smem& sm, int slot, int cwarp, int m, int lane) {
     if constexpr (kBlockPairs) {
       const uint4* pair = &sm.w[slot & ~1][0][0][0];
       return pair + (tile_in_cta(cwarp, m) * 32 + lane) * 2 + (slot & 1);
-    } else if constexpr (kTma) {
+    } else {
       return &sm.w[slot][0][0][0] + tile_in_cta(cwarp, m) * 32 + lane;
-    } else {
-      return &sm.w[slot][cwarp][m][lane];
     }
-  }
-
-  // A producer thread's weight chunks are c = tid + 128 i: consumer warp c / (32 WM), m64 tile
-  // (c / 32) % WM, lane c % 32. 128 threads are whole runs of 32 lanes per (warp, m64 tile), so
-  // chunk i sits chunk_tiles(i) n-tiles after chunk 0, the same for every thread: the producer
-  // keeps one pointer and adds compile-time multiples of the n-tile stride (the per-chunk 64-bit
-  // offset math was half of the stream-K producer's instructions a stage, and that producer fed
-  // its consumers too slowly: ncu, docs/design/indexed-kernels.md v21).
-  static constexpr int kChunkWarpStep = kProducerThreads / (WM * 32);
-  __host__ __device__ static constexpr int chunk_tiles(int i) { return tile_in_cta(kChunkWarpStep * i, 0); }
-  __host__ __device__ static constexpr bool chunk_tiles_hold() {
-    for (int cw0 = 0; cw0 < kChunkWarpStep; ++cw0)
-      for (int m = 0; m < WM; ++m)
-        for (int i = 0; i < kWeightPerThread; ++i)
-          if (tile_in_cta(cw0 + kChunkWarpStep * i, m) - tile_in_cta(cw0, m) != chunk_tiles(i) ||
-              (i > 0 && chunk_tiles(i) <= chunk_tiles(i - 1)))
-            return false;
-    return true;
-  }
-  static_assert(kProducerThreads % (WM * 32) == 0 && chunk_tiles_hold(), "weight chunks i are chunk 0 plus fixed n-tiles");
-
-  // A producer thread's weight and scale sources for one (expert, CTA column tile). Weights: its
-  // chunk 0 at stage 0 and the n-tile stride (see chunk_tiles). Chunks past N (the column tile
-  // crossing the end of N) are zero-filled and never stored.
-  struct CopySources {
-    const char* w_chunk0;
-    int w_tile_bytes;  // between the same lane's chunks of consecutive n-tiles
-    int w_tiles_left;  // n-tiles from chunk 0's to the end of N: chunk i exists iff chunk_tiles(i) < this
-    const __nv_bfloat16* scale;  // this thread's 8 scales of stage 0
-    int scale_bytes;             // 16, or 0: past N or no chunk (zero-filled)
-    __device__ __forceinline__ bool all_chunks() const { return w_tiles_left > chunk_tiles(kWeightPerThread - 1); }
-    __device__ __forceinline__ bool has_chunk(int i) const { return chunk_tiles(i) < w_tiles_left; }
-    // one IMAD.WIDE.U32 a chunk: the stride times a compile-time count, added to the 64-bit pointer
-    __device__ __forceinline__ const char* chunk(const char* w0, int i) const {
-      return w0 + (uint64_t)(uint32_t)w_tile_bytes * (uint32_t)chunk_tiles(i);
-    }
-  };
-
-  // By tensor map the boxes' coordinates are all a tile needs (the maps zero-fill past N).
-  struct TmaSources {
-    int expert;
-    int col_tile;
-  };
-  using Sources = std::conditional_t<kTma, TmaSources, CopySources>;
-
-  __device__ __forceinline__ static Sources sources(const MoeParams& p, int expert, int col_tile) {
-    if constexpr (kTma) {
-      return TmaSources{expert, col_tile};
-    } else {
-      return copy_sources(p, expert, col_tile);
-    }
-  }
-  // By owner: lane tid % 32's chunk of the stage.
-  __device__ __forceinline__ static CopySources copy_sources(const MoeParams& p, int expert, int col_tile) {
-    const int tid = threadIdx.x;
-    const int n_tiles = p.n / kTile, k_blocks = p.k / BLOCK_K, k_groups = p.k / kGroupSize;
-    CopySources src;
-    const int tile0 = tile_of(col_tile, tid / (WM * 32), (tid / 32) % WM);
-    src.w_chunk0 = reinterpret_cast<const char*>(
-        p.qweight + fragment_chunk_word<BLOCK_K>(expert, min(tile0, n_tiles - 1), 0, tid % 32, n_tiles, k_blocks));
-    src.w_tile_bytes = k_blocks * 32 * (BLOCK_K / kTile) * (int)sizeof(int32_t);
-    src.w_tiles_left = n_tiles - tile0;
-    // Scales: thread tid < kScaleChunks copies 8 scales of group tid / (kRows / 8).
-    const int row0 = col_tile * kRows;
-    const int s_grp = tid / (kRows / 8), s_col = (tid % (kRows / 8)) * 8;
-    const bool valid = tid < kScaleChunks && row0 + s_col < p.n;
-    src.scale = p.scale + ((int64_t)expert * k_groups + s_grp) * p.n + (valid ? row0 + s_col : 0);
-    src.scale_bytes = valid ? 16 : 0;
-    return src;
   }
 
   // A producer thread's activation rows of one tile (tile rows act_row_of(tid, i)): RowIndex keeps
@@ -351,8 +277,8 @@ struct WgmmaTile {
 
   // Stage s (64 columns of K) into ring slot `slot`: weights, scales and the tile's activation
   // rows (stage act_s of `rows`: s, or counted from where the rows were advanced to). Issue only:
-  // the caller arrives on the slot's "full" barrier (with kTma, thread 0 arms it here with the
-  // boxes' bytes: its one arrival of kTmaArrivals).
+  // the caller arrives on the slot's "full" barrier; thread 0 arms it here with the boxes' bytes
+  // (its one arrival of kTmaArrivals).
   __device__ __forceinline__ static void load_stage(const MoeParams& p, Smem& sm, int slot, const Sources& src,
                                                     const RowPointers& rows, int s) {
     load_stage(p, sm, slot, src, rows, s, s);
@@ -360,40 +286,36 @@ struct WgmmaTile {
   __device__ __forceinline__ static void load_stage(const MoeParams& p, Smem& sm, int slot, const Sources& src,
                                                     const RowPointers& rows, int s, int act_s) {
     static_assert(!kBlockPairs, "stage pairs load whole blocks (load_block_pair)");
-    if constexpr (kTma) {
-      if (threadIdx.x == 0) {
-        mbarrier_arrive_expect_tx(&sm.full[slot], kTmaStageBytes);
-        tma_weights(p, sm, slot, src, s);
-        tma_scales(p, sm, slot, src, s);
-      }
-    } else {
-      const char* w0 = src.w_chunk0 + stage_words(s) * (int64_t)sizeof(int32_t);
-      uint4* dst = &sm.w[slot][0][0][0] + threadIdx.x;  // chunk c's place [c / (32 WM)][(c / 32) % WM][c % 32] is c
-      if (src.all_chunks()) {
-#pragma unroll
-        for (int i = 0; i < kWeightPerThread; ++i) cp_async_16(dst + kProducerThreads * i, src.chunk(w0, i), 16);
-      } else {
-#pragma unroll
-        for (int i = 0; i < kWeightPerThread; ++i)
-          cp_async_16(dst + kProducerThreads * i, src.has_chunk(i) ? src.chunk(w0, i) : w0, src.has_chunk(i) ? 16 : 0);
-      }
-      load_scales(p, sm, slot, src, s);
+    if (threadIdx.x == 0) {
+      mbarrier_arrive_expect_tx(&sm.full[slot], kTmaStageBytes);
+      tma_weights(p, sm, slot, src, s);
+      tma_scales(p, sm, slot, src, s);
     }
     load_acts(sm, slot, rows, act_s);
   }
 
-  // The boxes' bytes a stage (kTma): all of them count, the zero-filled ones past N too.
+  // The boxes' bytes a stage: all of them count, the zero-filled ones past N too.
   static constexpr uint32_t kTmaStageBytes = sizeof(Smem::w[0]) + sizeof(Smem::scale[0]);
 
-  // Weights [E][N/16][K/BLOCK_K][32 lanes x BLOCK_K/16 int32]: the CTA's n-tiles of K block
-  // `block` into slot `slot`'s weight area (a stage pair's: that slot's and the next's), on the
-  // slot's "full" barrier. Scales [E][K/32][N/2 pairs]: stage s's groups of the CTA's rows.
-  __device__ __forceinline__ static void tma_weights(const MoeParams& p, Smem& sm, int slot, const TmaSources& src,
-                                                     int block) {
-    tma_load_4d(sm.w[slot], tma_maps(p).weight_map, &sm.full[slot], 0, block, src.col_tile * (kRows / kTile),
-                src.expert);
+  // Weights [E][N/16][K/BLOCK_K][32 lanes x BLOCK_K/16 int32] into slot `slot`'s weight area, on
+  // the slot's "full" barrier: stage s of the CTA's n-tiles, or with kBlockPairs K block s / 2 (s
+  // even) into this slot's and the next's. BLOCK_K 64, or a pair: K block(s), 512 (1024) contiguous
+  // bytes an n-tile (a 4-D box). A BLOCK_K-128 stage box: a lane's 32 bytes of a K block hold its
+  // 16 of each of the block's two stages side by side, so the map's innermost dims are a lane's 8
+  // words and the 32 lanes, and the box takes 4 words from word 4 (s % 2) of each lane (a 5-D box
+  // of 16-byte rows): the same bytes in shared memory as at BLOCK_K 64 (chord_kernels.tma).
+  // Scales [E][K/32][N/2 pairs]: stage s's groups of the CTA's rows.
+  __device__ __forceinline__ static void tma_weights(const MoeParams& p, Smem& sm, int slot, const Sources& src,
+                                                     int s) {
+    const int n_tile0 = src.col_tile * (kRows / kTile);
+    if constexpr (kStagesPerBlock == 1 || kBlockPairs) {
+      tma_load_4d(sm.w[slot], tma_maps(p).weight_map, &sm.full[slot], 0, s / kStagesPerBlock, n_tile0, src.expert);
+    } else {
+      tma_load_5d(sm.w[slot], tma_maps(p).weight_map, &sm.full[slot], (s % kStagesPerBlock) * 4, 0,
+                  s / kStagesPerBlock, n_tile0, src.expert);
+    }
   }
-  __device__ __forceinline__ static void tma_scales(const MoeParams& p, Smem& sm, int slot, const TmaSources& src,
+  __device__ __forceinline__ static void tma_scales(const MoeParams& p, Smem& sm, int slot, const Sources& src,
                                                     int s) {
     tma_load_3d(sm.scale[slot], tma_maps(p).scale_map, &sm.full[slot], src.col_tile * (kRows / 2),
                 s * kGroupsPerStage, src.expert);
@@ -402,23 +324,15 @@ struct WgmmaTile {
   // A slot published without loading anything (the stream-K schedule's empty tiles, the tile
   // loop's end marker): thread 0's arrival that load_stage's box arm would have been.
   __device__ __forceinline__ static void arrive_unloaded(Smem& sm, int slot) {
-    if (kTma && threadIdx.x == 0) mbarrier_arrive(&sm.full[slot]);
+    if (threadIdx.x == 0) mbarrier_arrive(&sm.full[slot]);
   }
 
   // Every producer thread at its start: the maps into the TMA unit's cache before the first box.
   __device__ __forceinline__ static void prefetch_maps(const MoeParams& p) {
-    if (kTma && threadIdx.x == 0) {
+    if (threadIdx.x == 0) {
       tma_prefetch_map(tma_maps(p).weight_map);
       tma_prefetch_map(tma_maps(p).scale_map);
     }
-  }
-
-  __device__ __forceinline__ static void load_scales(const MoeParams& p, Smem& sm, int slot, const CopySources& src,
-                                                     int s) {
-    const int tid = threadIdx.x;
-    if (tid < kScaleChunks)
-      cp_async_16(&sm.scale[slot][tid / (kRows / 8)][(tid % (kRows / 8)) * 8],
-                  src.scale + s * (kGroupsPerStage * p.n), src.scale_bytes);  // int: an expert's scales < 2^31
   }
 
   __device__ __forceinline__ static void load_acts(Smem& sm, int slot, const RowPointers& rows, int s) {
@@ -429,16 +343,17 @@ struct WgmmaTile {
       if (act_row_in_tile(tid, i)) cp_async_16(dst + i * 16 * 128, rows.chunk(i, s), rows.present(i) ? 16 : 0);
   }
 
-  // The two stages of K block s0 / 2 into slots `slot` (even) and slot + 1: the block's weights as
-  // one box into both slots' weight areas (see weight_chunk) and stage s0's scales, both on the
-  // first slot's barrier (the consumers wait for it before the second's); stage s0 + 1's scales
-  // on the second's; activations from stage act_s0 of `rows` (as load_stage). Issue only.
+  // The two stages of K block s0 / 2 into slots `slot` (even) and slot + 1 (kBlockPairs): the
+  // block's weights as one box into both slots' weight areas (see weight_chunk) and stage s0's
+  // scales, both on the first slot's barrier (the consumers wait for it before the second's);
+  // stage s0 + 1's scales on the second's; activations from stage act_s0 of `rows` (as
+  // load_stage). Issue only.
   __device__ __forceinline__ static void load_block_pair(const MoeParams& p, Smem& sm, int slot, const Sources& src,
                                                          const RowPointers& rows, int s0, int act_s0) {
-    static_assert(kBlockPairs && kTma, "stage pairs load whole blocks by tensor map");
+    static_assert(kBlockPairs, "stage pairs load whole blocks");
     if (threadIdx.x == 0) {
       mbarrier_arrive_expect_tx(&sm.full[slot], 2 * sizeof(Smem::w[0]) + sizeof(Smem::scale[0]));
-      tma_weights(p, sm, slot, src, s0 / 2);
+      tma_weights(p, sm, slot, src, s0);
       tma_scales(p, sm, slot, src, s0);
       mbarrier_arrive_expect_tx(&sm.full[slot + 1], sizeof(Smem::scale[0]));
       tma_scales(p, sm, slot + 1, src, s0 + 1);

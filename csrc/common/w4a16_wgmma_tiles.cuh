@@ -41,17 +41,18 @@ struct WgmmaTiles {
   static constexpr int kAcc = WM * Tile::Mma::kAccRegs;  // FP32 accumulators per consumer thread
   using Partials = SplitPartials<kConsumerThreads, kAcc, kConsumerThreads, /*kCompactSum=*/true, /*kCountPerCta=*/false>;
   // The loop's state costs the producer registers: at the one-tile split (72/216) some tiles
-  // spill 4-16 bytes, and 72/216 measured slower everywhere (indexed-kernels.md v16); BLOCK_K 128
-  // (stage pairs) spilled even at 88/208 while it copied its weights with cp.async (104/200 is
+  // spill 4-16 bytes, and 72/216 measured slower everywhere (indexed-kernels.md v16); stage pairs
+  // (BLOCK_K 128) spilled even at 88/208 while they copied their weights with cp.async (104/200 is
   // what was measured since; by tensor map 88/208 compiles clean, unmeasured: grouped-kernels.md
-  // v20). With 4 consumer warpgroups (640 threads, 96 registers a thread at launch) the one-CTA
-  // tile's split, 64/104: both producers load by tensor map, so the loop's state fits 64.
-  // The 96-row tiles on BLOCK_K 64 take 72/216 (compiles clean; v42, ncu at base clock over two
+  // v20). Stage boxes (BLOCK_K 128 a stage a box, v30) run BLOCK_K 64's code: its split. With 4
+  // consumer warpgroups (640 threads, 96 registers a thread at launch) the one-CTA tile's split,
+  // 64/104: both producers load by tensor map, so the loop's state fits 64.
+  // The 96-row tiles a stage a box take 72/216 (compiles clean; v42, ncu at base clock over two
   // leases: indexed EP8 T=512 -1.5 to -2.9 %, TP8 T=8192 gate_up -2.1 to -3.0 %; at 128 rows the
   // same split was +2.7 to +3.7 %, at 64 rows +3.2 %: indexed-kernels.md v41, v42).
-  static constexpr bool kWideConsumers = CWG == 2 && BLOCK_K == 64 && BN == 96;
-  static constexpr int kProducerRegs = CWG == 4 ? 64 : kWideConsumers ? 72 : BLOCK_K == 64 ? 88 : 104;
-  static constexpr int kConsumerRegs = CWG == 4 ? 104 : kWideConsumers ? 216 : BLOCK_K == 64 ? 208 : 200;
+  static constexpr bool kWideConsumers = CWG == 2 && !Tile::kBlockPairs && BN == 96;
+  static constexpr int kProducerRegs = CWG == 4 ? 64 : kWideConsumers ? 72 : Tile::kBlockPairs ? 104 : 88;
+  static constexpr int kConsumerRegs = CWG == 4 ? 104 : kWideConsumers ? 216 : Tile::kBlockPairs ? 200 : 208;
   static constexpr bool kPairable = CWG == 2;  // MoeParams::pick_rows is read (see run)
 
   // The host keeps row tiles x column tiles + 2 x CTAs under 2^31 (chord_kernels/ops.py) and

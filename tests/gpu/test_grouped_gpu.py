@@ -101,32 +101,31 @@ def test_contiguous_offsets_unaligned(shape, total, skew):
     assert torch.isnan(out[total:].float()).all(), "a row past expert_offsets[-1] was written"
 
 
+@pytest.mark.parametrize("routing_name", ["contiguous_offsets", "masked"])
 @pytest.mark.parametrize("skew", [False, True])
-def test_contiguous_offsets_tall_tile(skew, tile_family, monkeypatch):
-    """1358 rows an expert (EP32 T=2048's count) on the offsets form take the 240-row tile (WM 1,
-    docs/design/grouped-kernels.md v27) alone (from dispatch.TALL_TILE_UNPAIRED_ROWS; v29): 6-7
-    tiles an expert, the last partial, and the tile loop's split tail where the last wave is short."""
+def test_tall_tile(skew, routing_name, tile_family, monkeypatch):
+    """1358 rows an expert (EP32 T=2048's count) on the offsets and masked forms take the 240-row
+    tile (WM 1, docs/design/grouped-kernels.md v27; masked since v30, its BLOCK_K-128 weights a
+    stage a box) alone (from dispatch.TALL_TILE_UNPAIRED_ROWS; v29): 6-7 tiles an expert, the last
+    partial, and the tile loop's split tail where the last wave is short."""
     from chord_kernels import dispatch, ops
 
     if tile_family != "auto":
         pytest.skip("the tall tile is the dispatch's own choice")
     monkeypatch.setattr(ops, "_grouped_plans", {})
-    e, n, k = SHAPES["ep32_down"]
-    total = 1358 * e
-    codes, scale, packed = weights(e, n, k, "contiguous", seed=21)
-    counts = counts_for(e, total, skew, seed=22)
-    offsets = routing.counts_to_offsets(counts.to(torch.int32)).cuda()
-    m = total + 40
-    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-    out = torch.full((m, n), POISON, dtype=torch.bfloat16, device="cuda")
-    contiguous_offsets(a, packed, offsets, out, expected_m=1358)
+    bufs = FormBuffers(routing_name, SHAPES["ep32_down"], 1536, 1358, seed=21)
+    counts = counts_for(bufs.e, 1358 * bufs.e, skew, seed=22).clamp_max(bufs.seg)
+    valid, experts = bufs.set_counts(counts)
+    bufs.out.fill_(POISON)
+    bufs.call()
     torch.cuda.synchronize()
     launch = next(iter(ops._grouped_plans.values()))[1]
     assert launch.rows_per_cta == dispatch.TALL_TILE_ROWS and launch.spec.config["WM"] == 1
     assert launch.pick is None
-    experts = torch.repeat_interleave(torch.arange(e), counts).cuda()
-    check(out[:total], ref_rows(a, codes, scale, torch.arange(total, device="cuda"), experts))
-    assert torch.isnan(out[total:].float()).all(), "a row past expert_offsets[-1] was written"
+    check(bufs.out[valid], ref_rows(bufs.a, bufs.codes, bufs.scale, valid, experts))
+    invalid = torch.ones(bufs.rows, dtype=torch.bool, device="cuda")
+    invalid[valid] = False
+    assert torch.isnan(bufs.out[invalid].float()).all(), "a row past the counts was written"
 
 
 def _launch_one_of_pair(bufs, plan, second):
@@ -146,9 +145,10 @@ def _launch_one_of_pair(bufs, plan, second):
     kernel.launch(grid, block, launch.smem_bytes, ops._current_stream(device_index), params)
 
 
+@pytest.mark.parametrize("routing_name", ["contiguous_offsets", "masked"])
 @pytest.mark.parametrize("shape", ["ep32_down", "ep8_gate_up"])
-def test_tall_tile_pair_runs_exactly_one(shape, tile_family, monkeypatch):
-    """683 expected rows an expert (EP16 T=2048's count) on the offsets form launch the 240-row
+def test_tall_tile_pair_runs_exactly_one(shape, routing_name, tile_family, monkeypatch):
+    """683 expected rows an expert (EP16 T=2048's count) on the offsets and masked forms launch the 240-row
     tile and the 256 x 128 tile as a pair (dispatch.Launch.pick, grouped-kernels.md v27): on each
     call the device runs the one whose row tiles cost less on the actual counts (row_tile_cost).
     Uniform 683 rows (the tall tile runs), 250 rows (two tall tiles pad 230: the short tile runs)
@@ -160,7 +160,7 @@ def test_tall_tile_pair_runs_exactly_one(shape, tile_family, monkeypatch):
     if tile_family != "auto":
         pytest.skip("the pair is the dispatch's own choice")
     monkeypatch.setattr(ops, "_grouped_plans", {})
-    bufs = FormBuffers("contiguous_offsets", SHAPES[shape], 1536, 683, seed=41)
+    bufs = FormBuffers(routing_name, SHAPES[shape], 1536, 683, seed=41)
     graph = bufs.capture()
     plan = next(iter(ops._grouped_plans.values()))
     launch = plan[1]

@@ -228,8 +228,10 @@ class Launch:
     # One-CTA tiles: CTAs a tile, a cluster along grid z splitting K (WgmmaTile::run); 1: none.
     split_k: int = 1
     # The kernel takes chord::MoeTmaParams: its parameters end with the packed weight's tensor
-    # maps for tiles of cols_per_cta rows (chord_kernels.tma.tensor_maps).
+    # maps for tiles of cols_per_cta rows (chord_kernels.tma.tensor_maps), with stage_boxes one
+    # weight box a stage of a BLOCK_K-128 weight (wgmma_block_pairs false).
     tensor_maps: bool = False
+    stage_boxes: bool = False
     # A pair of tile loops (pair_with_tall_tile, TALL_TILE_ROWS): the other launch, this one's cost
     # a row tile and the other's (MoeParams::pick_*). Both run back to back; on the device each
     # counts the call's row tiles in both heights and only the cheaper does any work. This one
@@ -381,13 +383,12 @@ def wgmma_threads(cwg: int) -> int:
     return 128 * (1 + cwg)  # a producer warpgroup + the consumer warpgroups
 
 
-def wgmma_uses_tma(block_k: int, whole_blocks: bool = True) -> bool:
-    """WgmmaTile::kTma: the producer loads the weights and scales as tensor-map boxes, one box of
-    weights a packed K block (docs/design/indexed-kernels.md v22; BLOCK_K 128: a stage pair,
-    grouped-kernels.md v20). ``whole_blocks``: the schedule loads a block's stages together (the
-    one-CTA tile and the tile loop); the stream-K schedule does not, and copies BLOCK_K-128
-    stages with cp.async."""
-    return block_k in TMA_BLOCK_KS and (block_k == WGMMA_STAGE_K or whole_blocks)
+def wgmma_block_pairs(block_k: int, weight_rows: int, whole_blocks: bool = True) -> bool:
+    """WgmmaTile::kBlockPairs: a BLOCK_K-128 weight comes one box a K block (two ring slots) where
+    the tile takes 256+ weight rows a stage and its schedule loads whole blocks (``whole_blocks``:
+    the one-CTA tile and the tile loop, not stream-K); else one box a stage (grouped-kernels.md
+    v30: stage boxes on 512-row mid-batch tiles +13 to +21 %, the 128-row tall tile needs them)."""
+    return block_k == 2 * WGMMA_STAGE_K and whole_blocks and weight_rows >= 256
 
 
 def wgmma_launch(family: str, header: str, body: str, template_args: tuple, wm: int, bn: int, stages: int,
@@ -398,15 +399,19 @@ def wgmma_launch(family: str, header: str, body: str, template_args: tuple, wm: 
     the stream-K schedule; with 4, 104 and 96). With 2 consumer warpgroups, or 4 and ``loop``,
     each CTA loops over whole tiles (csrc/common/w4a16_wgmma_tiles.cuh); else one CTA per tile, or
     with ``split_k`` > 1 one cluster of ``split_k`` CTAs per tile (grid z). ``template_args`` name
-    BLOCK_K where it is not the indexed layout's 64 (the grouped family)."""
-    tma = wgmma_uses_tma(dict(template_args).get("BLOCK_K", BLOCK_K_BY_MODE["indexed"]), whole_blocks)
-    spec = KernelSpec(family=family, header=header, body=body,
-                      params_type="chord::MoeTmaParams" if tma else "chord::MoeParams",
+    BLOCK_K where it is not the indexed layout's 64 (the grouped family). The tile loads its weights
+    and scales by tensor map (a weight box a K block or a stage, wgmma_block_pairs; chord_kernels.tma):
+    its parameters carry the maps."""
+    block_k = dict(template_args).get("BLOCK_K", BLOCK_K_BY_MODE["indexed"])
+    if block_k not in TMA_BLOCK_KS:
+        raise ValueError(f"the wgmma tile reads BLOCK_K {' or '.join(map(str, TMA_BLOCK_KS))} weights, not {block_k}")
+    spec = KernelSpec(family=family, header=header, body=body, params_type="chord::MoeTmaParams",
                       template_args=template_args, threads=wgmma_threads(cwg), min_blocks_per_sm=1, arch=arch,
                       cluster_z=split_k)
-    return Launch(spec, rows_per_cta=bn, cols_per_cta=wgmma_weight_rows(wm, cwg),
-                  smem_bytes=wgmma_smem_bytes(wm, bn, stages, cwg), tile_loop=cwg == 2 or loop, split_k=split_k,
-                  tensor_maps=tma)
+    rows = wgmma_weight_rows(wm, cwg)
+    return Launch(spec, rows_per_cta=bn, cols_per_cta=rows, smem_bytes=wgmma_smem_bytes(wm, bn, stages, cwg),
+                  tile_loop=cwg == 2 or loop, split_k=split_k, tensor_maps=True,
+                  stage_boxes=block_k != WGMMA_STAGE_K and not wgmma_block_pairs(block_k, rows, whole_blocks))
 
 
 def wgmma_streamk_launch(family: str, header: str, body: str, template_args: tuple, wm: int, bn: int, stages: int,
@@ -512,10 +517,11 @@ TALL_TILE_ROWS = 240
 # 256 x 128 tile it measured EP8 +18 %, EP16 -10 %, EP32 -2 to -4 %, where the unscaled model
 # says -1 %, -23 % and -19 %; 1.18 puts all three within 2 %.
 TALL_TILE_COST_SCALE = 1.18
-# The forms that weigh it. Not masked: its BLOCK_K-128 weights come a stage pair at a time, and
-# a 4-slot ring holds two pairs (v27, forced at T=2048: +17 to +71 %; 6 slots of 176 rows still
-# +3 to +12 %). Not the DeepGEMM form: its tiles are powers of two inside 128-row segments.
-TALL_TILE_ROUTINGS = ("contiguous_offsets",)
+# The forms that weigh it: the offsets form, and masked since its BLOCK_K-128 weights load a
+# stage a box (v30; while they came a stage pair at a time, a 4-slot ring held two pairs: v27,
+# forced at T=2048, +17 to +71 %). Not the DeepGEMM form: its tiles are powers of two inside
+# 128-row segments.
+TALL_TILE_ROUTINGS = ("contiguous_offsets", "masked")
 # The mean rows an expert (the host's only hint) from which it is weighed: one tall tile. A
 # skewed router's small experts pad a 240-row tile far more than a 128-row one, and the mean
 # cannot tell: v27 measured it at EP16 T=2048 (683 rows) -9 % uniform but +7 % skewed, at EP16
@@ -558,7 +564,9 @@ def grouped_wgmma_shape(n: int, rows: int, block_k: int) -> dict[str, int]:
     per issue vs 1.1 on BLOCK_K 64, 268 vs 227 µs. Those tiles run 2 consumer warpgroups (256 weight
     rows, a stage's words loaded once): masked EP16 T=128 sum 394 -> 342 µs, EP32 T=64 223 -> 183
     (grouped-kernels.md v9). Still so with the tile loop's paired word loads (v24: 4 warpgroups
-    there +11 % at masked EP32 T=64 gate_up). Tiles of TALL_TILE_ROWS take tall_wgmma_shape."""
+    there +11 % at masked EP32 T=64 gate_up), and with its weights a stage a box (the BLOCK_K-64
+    layout, no conflicts; v30: +5 to +17 % at masked EP16 T=128 down and EP32 T=64: 16-byte box
+    rows). Tiles of TALL_TILE_ROWS take tall_wgmma_shape."""
     if rows == TALL_TILE_ROWS:
         return tall_wgmma_shape()
     cfg = wgmma_shape(n, rows)
@@ -896,7 +904,8 @@ SPLIT_K_FIXED_STAGES = 8
 
 def split_k_choices(k: int, block_k: int) -> tuple[int, ...]:
     """The K splits a weight allows: every CTA at least SPLIT_K_MIN_STAGES whole stages, whole
-    BLOCK_K-128 blocks (the tile copies a block's two stages as a pair)."""
+    BLOCK_K-128 blocks (the split tile, 512 weight rows, copies a block's two stages as a pair:
+    wgmma_block_pairs)."""
     stages = k // WGMMA_STAGE_K
     unit = 2 if block_k == 128 else 1
     return tuple(s for s in SPLIT_K_CHOICES

@@ -48,8 +48,8 @@ _INTS = ("num_routes", "n", "k", "top_k", "num_experts", "block_m", "num_blocks"
 
 def _tma_params_tail(packed: PackedW4A16, launch: Launch) -> bytes:
     """What a MoeTmaParams kernel takes after MoeParams: padding, then the weight's maps for the
-    launch's tile rows (encoded once per weight, chord_kernels.tma)."""
-    return _TMA_PAD + tma.tensor_maps(packed, launch.cols_per_cta)
+    launch's tile rows and boxes (encoded once per weight, chord_kernels.tma)."""
+    return _TMA_PAD + tma.tensor_maps(packed, launch.cols_per_cta, launch.stage_boxes)
 
 
 class ModeError(ValueError):

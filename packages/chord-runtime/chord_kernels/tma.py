@@ -1,8 +1,8 @@
 """Tensor maps of a packed weight for the wgmma tile's TMA producer (csrc/common/tma_sm90.cuh).
 
-The wgmma tile (``dispatch.wgmma_uses_tma``) loads its weights as one box a packed K block (a
-stage at BLOCK_K 64, a stage pair at BLOCK_K 128) and its scales as one box a stage. The
-geometry is a pure function of the weight's shape and the tile's rows (:func:`weight_map_geometry`,
+The wgmma tile loads its weights as one box a packed K block (a stage at BLOCK_K 64, a stage pair
+at BLOCK_K 128) or, for BLOCK_K-128 stage boxes (``dispatch.Launch.stage_boxes``), one box a
+stage, and its scales as one box a stage. The geometry is a pure function of the weight's shape and the tile's rows (:func:`weight_map_geometry`,
 :func:`scale_map_geometry`, CPU-tested); encoding needs the driver (``cuTensorMapEncodeTiled``
 through the launcher) and happens once per (weight tensors, rows): :func:`tensor_maps` memoizes the
 256 bytes a launch appends to its parameters.
@@ -10,7 +10,11 @@ through the launcher) and happens once per (weight tensors, rows): :func:`tensor
 - Weights, int32 ``[E, N/16, K/BLOCK_K, 32 lanes x BLOCK_K/16 words]``: a 4-D map, dims (innermost
   first) ``{2 BLOCK_K, K/BLOCK_K, N/16, E}``; the box ``{2 BLOCK_K, 1, rows/16, 1}`` is one K block
   of the tile's ``rows / 16`` n-tiles, 512 (1024) contiguous bytes each, landing in shared memory
-  n-tile after n-tile in memory order. A tile crossing the end of N reads past ``N/16``: zero-filled.
+  n-tile after n-tile in memory order. BLOCK_K-128 stage boxes: a lane's 8 words hold its 4 of
+  each of the block's two stages side by side, so a 5-D map ``{8 words, 32 lanes, K/128, N/16, E}``
+  and the box ``{4, 32, 1, rows/16, 1}`` at word 4 (stage % 2) take one stage (16-byte rows): the
+  same 512 bytes an n-tile in shared memory as at BLOCK_K 64 (:func:`weight_box_coords`). A tile
+  crossing the end of N reads past ``N/16``: zero-filled.
 - Scales, bf16 ``[E, K/32, N]``, as uint32 pairs (a box dim holds at most 256 elements and a tile
   has up to 512 rows): a 3-D map ``{N/2, K/32, E}``, box ``{rows/2, 2, 1}`` = the stage's two
   groups of the tile's rows, ``[2][rows]`` bf16 in shared memory as the tile reads them.
@@ -24,7 +28,8 @@ from .int4 import GROUP_SIZE
 from .layouts import LANES, TILE, PackedW4A16
 
 STAGE_K = 64  # K columns a ring stage of the wgmma tile (dispatch.WGMMA_STAGE_K): a scale box's two groups
-TMA_BLOCK_KS = (64, 128)  # the packed BLOCK_Ks whose K block is one box (a lane's words: 16 or 32 bytes)
+STAGE_WORDS = STAGE_K * TILE // 2 // LANES // 4  # 4: a lane's int32 words of one n-tile's stage (16 bytes)
+TMA_BLOCK_KS = (64, 128)  # the packed BLOCK_Ks a stage box reads (a lane's words a block: 16 or 32 bytes)
 MAX_BOX = 256  # elements a box dimension holds (the TMA unit's limit)
 # CUtensorMapDataType / CUtensorMapL2promotion values (cuda.h)
 DTYPE_UINT32, DTYPE_INT32 = 2, 3
@@ -58,17 +63,33 @@ def _check_block_k(block_k: int, what: str) -> None:
         raise ValueError(f"tensor maps are for BLOCK_K {' or '.join(map(str, TMA_BLOCK_KS))} weights, {what}")
 
 
-def weight_map_geometry(num_experts: int, n: int, k: int, rows: int, block_k: int = 64) -> MapGeometry:
+def weight_map_geometry(num_experts: int, n: int, k: int, rows: int, block_k: int = 64,
+                        stage_boxes: bool = False) -> MapGeometry:
     """qweight [E, N/16, K/BLOCK_K, 32, BLOCK_K/16] int32 as boxes of one K block of ``rows``
-    weight rows."""
+    weight rows, or with ``stage_boxes`` of one stage (the same at BLOCK_K 64)."""
     _check_rows(rows, n)
     _check_block_k(block_k, f"got {block_k}")
     if k % block_k:
         raise ValueError(f"K={k} must be a multiple of BLOCK_K={block_k}")
-    words = LANES * block_k // TILE  # 128 (256) int32 = 512 (1024) bytes: one n-tile's K block
-    blocks = k // block_k
-    return MapGeometry(DTYPE_INT32, (words, blocks, n // TILE, num_experts),
-                       (4 * words, 4 * words * blocks, 4 * words * blocks * (n // TILE)), (words, 1, rows // TILE, 1))
+    block_bytes = 4 * LANES * block_k // TILE  # 512 (1024) bytes: one n-tile's K block
+    blocks, n_tiles = k // block_k, n // TILE
+    outer = (block_bytes, block_bytes * blocks, block_bytes * blocks * n_tiles)  # K block, n-tile, expert
+    if block_k == STAGE_K or not stage_boxes:
+        return MapGeometry(DTYPE_INT32, (block_bytes // 4, blocks, n_tiles, num_experts), outer,
+                           (block_bytes // 4, 1, rows // TILE, 1))
+    lane_words = block_k // TILE  # 8: a lane's 4 words of each stage
+    return MapGeometry(DTYPE_INT32, (lane_words, LANES, blocks, n_tiles, num_experts), (4 * lane_words,) + outer,
+                       (STAGE_WORDS, LANES, 1, rows // TILE, 1))
+
+
+def weight_box_coords(stage: int, n_tile0: int, expert: int, block_k: int = 64,
+                      stage_boxes: bool = False) -> tuple[int, ...]:
+    """Where the box holding stage ``stage`` of the tile starting at n-tile ``n_tile0`` sits in
+    weight_map_geometry's map (innermost first): WgmmaTile::tma_weights' coordinates."""
+    if block_k == STAGE_K or not stage_boxes:
+        return (0, stage // (block_k // STAGE_K), n_tile0, expert)
+    per_block = block_k // STAGE_K
+    return ((stage % per_block) * STAGE_WORDS, 0, stage // per_block, n_tile0, expert)
 
 
 def scale_map_geometry(num_experts: int, n: int, k: int, rows: int) -> MapGeometry:
@@ -90,16 +111,17 @@ def _check_tensors(packed: PackedW4A16) -> None:
 _maps: dict[tuple, bytes] = {}
 
 
-def tensor_maps(packed: PackedW4A16, rows: int) -> bytes:
-    """The weight map then the scale map (128 bytes each) for tiles of ``rows`` weight rows,
-    encoded once per (tensors' addresses and shapes, rows): a map holds only those."""
+def tensor_maps(packed: PackedW4A16, rows: int, stage_boxes: bool = False) -> bytes:
+    """The weight map then the scale map (128 bytes each) for tiles of ``rows`` weight rows (one
+    weight box a stage where ``stage_boxes``), encoded once per (tensors' addresses and shapes,
+    rows, boxes): a map holds only those."""
     qw, sc = packed.qweight, packed.scale
-    key = (qw.data_ptr(), sc.data_ptr(), qw.shape, rows)
+    key = (qw.data_ptr(), sc.data_ptr(), qw.shape, rows, stage_boxes)
     maps = _maps.get(key)
     if maps is None:
         _check_tensors(packed)
         e, n, k = packed.num_experts, packed.n, packed.k
-        maps = (encode(weight_map_geometry(e, n, k, rows, packed.block_k), qw.data_ptr())
+        maps = (encode(weight_map_geometry(e, n, k, rows, packed.block_k, stage_boxes), qw.data_ptr())
                 + encode(scale_map_geometry(e, n, k, rows), sc.data_ptr()))
         _maps[key] = maps
     return maps
