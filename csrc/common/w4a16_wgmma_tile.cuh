@@ -25,8 +25,6 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
-#include <type_traits>
-
 #include "common/cluster_sm90.cuh"
 #include "common/mbarrier_sm90.cuh"
 #include "common/mma_sm80.cuh"
