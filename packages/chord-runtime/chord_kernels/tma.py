@@ -2,7 +2,8 @@
 
 The wgmma tile loads its weights as one box a packed K block (a stage at BLOCK_K 64, a stage pair
 at BLOCK_K 128) or, for BLOCK_K-128 stage boxes (``dispatch.Launch.stage_boxes``), one box a
-stage, and its scales as one box a stage. The geometry is a pure function of the weight's shape and the tile's rows (:func:`weight_map_geometry`,
+stage, and its scales as one box a stage. The geometry is a pure function of the weight's shape
+and the tile's rows (:func:`weight_map_geometry`,
 :func:`scale_map_geometry`, CPU-tested); encoding needs the driver (``cuTensorMapEncodeTiled``
 through the launcher) and happens once per (weight tensors, rows): :func:`tensor_maps` memoizes the
 256 bytes a launch appends to its parameters.
@@ -77,7 +78,7 @@ def weight_map_geometry(num_experts: int, n: int, k: int, rows: int, block_k: in
     if block_k == STAGE_K or not stage_boxes:
         return MapGeometry(DTYPE_INT32, (block_bytes // 4, blocks, n_tiles, num_experts), outer,
                            (block_bytes // 4, 1, rows // TILE, 1))
-    lane_words = block_k // TILE  # 8: a lane's 4 words of each stage
+    lane_words = block_k // TILE  # 8: a lane's words of one K block, STAGE_WORDS of each stage
     return MapGeometry(DTYPE_INT32, (lane_words, LANES, blocks, n_tiles, num_experts), (4 * lane_words,) + outer,
                        (STAGE_WORDS, LANES, 1, rows // TILE, 1))
 
