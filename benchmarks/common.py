@@ -300,15 +300,36 @@ def event_time_ms(fn: Callable[[], Any]) -> float:
     return start.elapsed_time(end)
 
 
+# How do_bench empties the L2 between timed calls (env CHORD_BENCH_FLUSH; recorded in the JSON):
+# "zero" is do_bench's own (a 256 MB memset: the L2 is left full of dirty lines, which the timed
+# call then writes back while it reads), "read" sums the same buffer instead (the L2 is left
+# full of clean lines). Both sides of a run take the same mode from the same environment.
+FLUSH_MODES = ("zero", "read")
+
+
+def flush_mode() -> str:
+    mode = os.environ.get("CHORD_BENCH_FLUSH", "zero")
+    if mode not in FLUSH_MODES:
+        raise ValueError(f"CHORD_BENCH_FLUSH={mode!r}: expected one of {FLUSH_MODES}")
+    return mode
+
+
 def bench_us(fn: Callable[[], Any], warmup_ms: float, rep_ms: float) -> float:
     """Median of ``triton.testing.do_bench`` in microseconds.
 
-    do_bench zeroes a 256 MB buffer before every timed call (L2 flushed) and times each call
+    do_bench empties the L2 before every timed call (:func:`flush_mode`) and times each call
     with its own CUDA events; ``warmup``/``rep`` are milliseconds of GPU time.
     """
+    from triton import runtime
     from triton.testing import do_bench
 
-    return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")) * 1e3
+    driver = runtime.driver.active
+    if flush_mode() == "read":
+        driver.clear_cache = lambda cache: cache.sum()  # shadows the class's zero_() for this call
+    try:
+        return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")) * 1e3
+    finally:
+        driver.__dict__.pop("clear_cache", None)
 
 
 # ---------------------------------------------------------------------------------------
@@ -444,7 +465,7 @@ def run_side(backend: Backend | list[Backend], opts: Options) -> Path:
         device = torch.device("cuda", torch.cuda.current_device())
     results = ResultsFile(opts.out, dict(first.meta(), side=first.side, path=",".join(b.path for b in backends),
                                          family=S.family_of(first.path),
-                                         warmup_ms=opts.warmup_ms,
+                                         warmup_ms=opts.warmup_ms, flush=flush_mode(),
                                          rep_ms=opts.rep_ms, slow_ms=opts.slow_ms, budget_s=opts.budget_s,
                                          seed=opts.seed, levels=opts.levels, rel_err_tol=REL_ERR_TOL,
                                          gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",

@@ -296,7 +296,8 @@ def run_facts(ceilings: dict, sides: dict[str, dict | None], run: dict[str, str]
         f"Chord {cm.get('chord_version', '?')} ({paths})",
         f"- Ceilings measured in this run: copy {ceilings['copy_gbs']:.0f} GB/s (2 GiB device copy, read + write), "
         f"dense BF16 {ceilings['bf16_tflops']:.0f} TFLOP/s (8192³ torch.matmul)",
-        f"- Timing: do_bench median, warmup {timing.get('warmup_ms', '?')} ms, rep {timing.get('rep_ms', '?')} ms; "
+        f"- Timing: do_bench median, warmup {timing.get('warmup_ms', '?')} ms, rep {timing.get('rep_ms', '?')} ms, "
+        f"L2 flush `{timing.get('flush', 'zero')}`; "
         f"a call slower than {timing.get('slow_ms', '?')} ms is shown as (single-call time) and not do_bench'd",
         f"- Weights: random INT4 codes, {timing.get('levels', 16)} levels "
         f"({'0..15' if timing.get('levels', 16) == 16 else '1..15, Kimi-like: no -8'}), BF16 group-32 scales; "

@@ -718,3 +718,15 @@ def test_host_overhead_times_batches_behind_a_gpu_sleep(monkeypatch):
             batches.append(current)
             current = None
     assert batches == [200, 200, 50]
+
+
+def test_flush_mode_from_the_environment(monkeypatch):
+    """CHORD_BENCH_FLUSH picks how do_bench empties the L2 (both sides read the same variable);
+    do_bench's own memset by default, and a typo fails before anything is timed."""
+    monkeypatch.delenv("CHORD_BENCH_FLUSH", raising=False)
+    assert common.flush_mode() == "zero"
+    monkeypatch.setenv("CHORD_BENCH_FLUSH", "read")
+    assert common.flush_mode() == "read"
+    monkeypatch.setenv("CHORD_BENCH_FLUSH", "clean")
+    with pytest.raises(ValueError, match="CHORD_BENCH_FLUSH"):
+        common.flush_mode()
