@@ -119,3 +119,7 @@ grouped_case("grouped 512 x 24", 4096, 1024, [12] * 20 + [30, 0, 5, 26], 768, 12
 # 1024: 4 expected rows on 48 experts, ~780 tiles of 8 stages on the 396 resident CTAs (most
 # tiles split over two CTAs), an empty expert and two of 9-12 rows (two tiles).
 grouped_case("grouped wide decode", 4096, 1024, [4] * 45 + [0, 9, 12], 768, 4, 16, 4)
+# The wide decode tile for one wave of whole tiles (dispatch.widen_decode, MMA_WHOLE_FILL; the
+# device's kMmaWholeTiles): 5 expected rows on 20 experts, 19 busy: 304 tiles for the 396 resident
+# CTAs, each run whole by one CTA (no partials, no locks).
+grouped_case("grouped wide decode, one wave whole", 4096, 1024, [5] * 18 + [0, 7], 120, 5, 8, 5)

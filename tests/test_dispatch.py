@@ -605,8 +605,9 @@ def test_grouped_choice_prints_what_it_weighed(monkeypatch, capsys):
 def test_grouped_wide_decode_tile_where_tiles_fill_the_ctas():
     """8-row decode tiles on deep K take 256 weight rows in 128-column stages (NT 4) where the
     call expects WIDE_DECODE_TILES_PER_CTA of them a resident CTA (grouped-kernels.md v28): EP8
-    T=20-32 and EP16 T=20 down; not EP16 T=20 gate_up (1.2 tiles a CTA: slower at boost clock,
-    v28b), not EP32 (12 experts), not below 4 expected rows (EP8/EP16 T=8: a skewed router lost
+    T=20-32 and EP16 T=20 down; or one wave of whole tiles (3/4 to 1 tile a resident CTA, v32):
+    EP32 T=8 down. Not EP16 T=20 gate_up (1.2 tiles a CTA: slower at boost clock, v28b), not EP32
+    gate_up (half the CTAs), not below 4 expected rows (EP8/EP16 T=8: a skewed router lost
     there), not the DeepGEMM form."""
     def pick(routing, experts, rows, n, k=7168):
         return dispatch.select_grouped(GroupedProblem(routing, n, k, experts, rows, 128 if routing == "masked" else 64))
@@ -614,13 +615,13 @@ def test_grouped_wide_decode_tile_where_tiles_fill_the_ctas():
     wide = {"NT": 4, "TT": 1, "STAGE_K": 128, "STAGES": 3}
     for routing in dispatch.WIDE_DECODE_ROUTINGS:
         for experts, rows, n, k in ((48, 4, 4096, 7168), (48, 4, 7168, 2048), (48, 6, 4096, 7168),
-                                    (24, 7, 7168, 2048)):
+                                    (24, 7, 7168, 2048), (12, 5, 7168, 2048), (12, 6, 7168, 2048)):
             launch = pick(routing, experts, rows, n, k)
             assert {key: launch.spec.config[key] for key in wide} == wide, (routing, experts, rows, n)
             assert (launch.rows_per_cta, launch.cols_per_cta) == (8, 256)
             assert launch.spec.min_blocks_per_sm == 3
         for experts, rows, n, k in ((48, 1, 4096, 7168), (48, 2, 7168, 2048), (24, 3, 7168, 2048), (24, 7, 4096, 7168),
-                                    (12, 6, 4096, 7168), (12, 6, 7168, 2048)):
+                                    (12, 6, 4096, 7168), (12, 3, 7168, 2048)):
             assert pick(routing, experts, rows, n, k).spec.config["NT"] == 2, (routing, experts, rows, n)
         # short K keeps its own rule (NT 4 from streamk_shape); 16-row tiles are not decode
         assert pick(routing, 48, 12, 4096).rows_per_cta != 8

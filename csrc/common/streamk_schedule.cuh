@@ -22,6 +22,7 @@
 //   a_row(p, route)        -> the activation row of a route
 #pragma once
 
+#include <climits>
 #include <stdint.h>
 
 #include "common/moe_params.cuh"
@@ -49,7 +50,7 @@ __device__ __forceinline__ RowRef fetch_row(const MoeParams& p, int row_tile, in
 // The work of one launch: tiles = row tiles x column tiles, each `stages` K iterations; tile t is
 // row tile t / col_tiles, column tile t % col_tiles (consecutive tiles share their rows).
 //   Data-parallel part: tiles [0, dp_tiles), whole waves of the grid (or every tile, see
-//   whole_last_wave): CTA c runs tiles c, c + G,
+//   WholeTilesRule): CTA c runs tiles c, c + G,
 //   c + 2G, ... So at any moment the CTAs work on neighbouring tiles — the same rows, the same
 //   expert's weights — and those stay in L2, as with one CTA per tile (prefill: a stream-K run of
 //   whole row tiles per CTA re-read each CTA's activation rows from DRAM for every column tile).
@@ -61,30 +62,39 @@ __device__ __forceinline__ RowRef fetch_row(const MoeParams& p, int row_tile, in
 // where the round-robin order fetched a new row tile's indices every tile (measured, H200, TP8
 // down K=256: 53 -> 68 µs at T=20, 1256 -> 1356 µs at T=8192).
 constexpr int kDataParallelMinK = 1024;
-// With `whole_last_wave` (the wgmma tile): when the tiles' last wave is at least 7/8 full, every
-// tile is data-parallel, the last wave left partly empty: stream-K's split tiles (partials through
-// the workspace, a fix-up per split) cost more than the 1/8 idle they would fill (EP8 T=128
-// gate_up, 384 tiles of 512 x 32 on 132 SMs: docs/design/indexed-kernels.md v23).
-constexpr int kWholeLastWaveNum = 7, kWholeLastWaveDen = 8;
+// Whole last wave: when the tiles' last wave is at least fill_eighths / 8 full (and the tiles
+// make at most max_waves whole waves before it), every tile is data-parallel, the last wave left
+// partly empty: stream-K's split tiles (partials through the workspace, a fix-up per split) cost
+// more than the idle part they would fill.
+//   The wgmma tile, from 7/8 after any number of waves: EP8 T=128 gate_up, 384 tiles of 512 x 32
+//   on 132 SMs (docs/design/indexed-kernels.md v23).
+//   The mma tile, from 3/4 within one wave only: decode is weight-bandwidth bound, and three
+//   quarters of the resident CTAs keep HBM as busy as all of them (EP32 T=8 down, 336 tiles of
+//   256 rows on 396 CTAs: -4.4 / -5.1 % at serving clocks). After a whole wave the same rule lost
+//   (EP16 T=8 gate_up, 1.78 waves: +4.5 / +10.3 %; grouped-kernels.md v32).
+struct WholeTilesRule {
+  int fill_eighths, max_waves;
+};
+constexpr WholeTilesRule kWgmmaWholeTiles{7, INT_MAX}, kMmaWholeTiles{6, 0};
 
 struct StreamKWork {
   int col_tiles, stages;
-  int dp_tiles;  // a multiple of the grid, or every tile (whole_last_wave)
+  int dp_tiles;  // a multiple of the grid, or every tile (whole last wave)
   int sk_run;    // stream-K iterations per CTA
   int sk0, sk1;  // this CTA's stream-K iterations [sk0, sk1), counted from the launch's first
 
-  __device__ StreamKWork(int row_tiles, int col_tiles_, int stages_, int k, bool whole_last_wave = false)
+  __device__ StreamKWork(int row_tiles, int col_tiles_, int stages_, int k, WholeTilesRule whole)
       : col_tiles(col_tiles_), stages(stages_) {
     const int grid = gridDim.x, tiles = row_tiles * col_tiles;
     const int waves = tiles / grid, rem = tiles - waves * grid;
-    const bool all_whole = rem == 0 || (whole_last_wave && rem * kWholeLastWaveDen >= grid * kWholeLastWaveNum);
+    const bool all_whole = rem == 0 || (waves <= whole.max_waves && rem * 8 >= grid * whole.fill_eighths);
     dp_tiles = k < kDataParallelMinK ? 0 : all_whole ? tiles : max(waves - 1, 0) * grid;
     const int base = dp_tiles * stages, sk_total = (tiles - dp_tiles) * stages;
     sk_run = streamk_run(tiles - dp_tiles, stages, grid);
     sk0 = base + min((int)blockIdx.x * sk_run, sk_total);
     sk1 = base + min((int)blockIdx.x * sk_run + sk_run, sk_total);
   }
-  // this CTA's whole tiles: c, c + G, ... below dp_tiles (not a multiple of G with whole_last_wave)
+  // this CTA's whole tiles: c, c + G, ... below dp_tiles (not a multiple of G with a whole last wave)
   __device__ int dp_count() const { return dp_tiles > (int)blockIdx.x ? (dp_tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0; }
   __device__ int iterations() const { return dp_count() * stages + (sk1 - sk0); }
   // The tile whose iterations start at `first` is this CTA's alone (no fix-up).

@@ -49,7 +49,7 @@ struct MmaStreamK {
     // A thread always gathers the same tile row; a warp covers 32 / kThreadsPerRow rows, each
     // as one contiguous run (2 x 256 B at 8 rows and 256 columns).
     const int tid = threadIdx.x, my_row = tid / kThreadsPerRow, my_chunk = tid % kThreadsPerRow;
-    const StreamKWork w(Rows::count(p), (p.n + kRows - 1) / kRows, p.k / STAGE_K, p.k);
+    const StreamKWork w(Rows::count(p), (p.n + kRows - 1) / kRows, p.k / STAGE_K, p.k, kMmaWholeTiles);
     const int iterations = w.iterations();
     if (iterations == 0) return;
 

@@ -47,7 +47,7 @@ struct WgmmaStreamK {
   // The host keeps row tiles x column tiles x stages under 2^31 (chord_kernels/ops.py).
   __device__ static void run(const MoeParams& p) {
     Smem& sm = Tile::smem();
-    const StreamKWork w(Rows::count(p), (p.n + kRows - 1) / kRows, p.k / Tile::kStageK, p.k, /*whole_last_wave=*/true);
+    const StreamKWork w(Rows::count(p), (p.n + kRows - 1) / kRows, p.k / Tile::kStageK, p.k, kWgmmaWholeTiles);
     if (w.iterations() == 0) return;  // uniform per CTA, before any barrier
     Tile::init_barriers(sm, 2 * kProducerThreads);
     // 4 consumer warpgroups (104 registers a thread, 32 of them accumulators): the consumers read

@@ -465,3 +465,32 @@ def test_wide_decode_tile(shape, routing_name, tile_family, monkeypatch):
         counts = counts_for(bufs.e, 4 * bufs.e, skew=skew, seed=seed).clamp_max(bufs.seg)
         counts[0] = 0  # an empty expert
         bufs.check_runs(graph, *bufs.set_counts(counts), "the wide tile's split sums")
+
+
+@pytest.mark.parametrize("routing_name", ["contiguous_offsets", "masked"])
+def test_decode_one_wave_of_whole_tiles(routing_name, tile_family, monkeypatch):
+    """EP32 decode (5 expected rows on 12 experts, down) takes the wide decode tile for one wave
+    of whole tiles (dispatch.widen_decode, MMA_WHOLE_FILL). Under one graph the counts then give
+    row tiles on both sides of the device's rule (streamk_schedule.cuh kMmaWholeTiles: tiles for
+    3/4 to all of the CTAs run whole; fewer, or more than a wave, go stream-K): the reference, rows
+    past the counts never written, the same bits run to run, the locks left zero."""
+    from chord_kernels import ops
+
+    if tile_family != "auto":
+        pytest.skip("the wide decode tile is the dispatch's own choice")
+    monkeypatch.setattr(ops, "_grouped_plans", {})
+    bufs = FormBuffers(routing_name, SHAPES["ep32_down"], 24, 5, seed=41)
+    graph = bufs.capture()
+    launch = next(iter(ops._grouped_plans.values()))[1]
+    assert (launch.spec.config["NT"], launch.cols_per_cta) == (4, 256)
+    ctas = launch.spec.min_blocks_per_sm * torch.cuda.get_device_properties(0).multi_processor_count
+    col_tiles = -(-SHAPES["ep32_down"][1] // launch.cols_per_cta)
+    g = torch.Generator().manual_seed(42)
+    # row tiles for last waves ~5/8, 6/8 + 1 tile, 7/8, full, just over one wave, 1.3 waves
+    wanted = sorted({max(1, ctas * f // (8 * col_tiles) + extra) for f, extra in ((5, 0), (6, 1), (7, 0), (8, 0), (8, 1), (10, 0))})
+    for row_tiles in wanted:
+        tiles_of = [row_tiles // bufs.e + (e < row_tiles % bufs.e) for e in range(bufs.e)]  # 8-row tiles
+        counts = torch.tensor([8 * (t - 1) + int(torch.randint(1, 9, (1,), generator=g)) if t else 0 for t in tiles_of])
+        assert int(counts.max()) <= bufs.seg
+        bufs.check_runs(graph, *bufs.set_counts(counts), f"{row_tiles} row tiles' sums")
+        assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), "a launch left a lock non-zero"

@@ -153,7 +153,7 @@ def test_streamk_split_tiles_and_locks_left_zero(kernel_family):
 def test_wgmma_streamk_nearly_full_last_wave(kernel_family, tuning, monkeypatch):
     """Long K, one tile per expert: a last wave 7/8 full or more runs every tile whole (the
     data-parallel part then is not a multiple of the grid), a little less splits the last two
-    waves (streamk_schedule.cuh, whole_last_wave). Both against the reference, twice, locks zero."""
+    waves (streamk_schedule.cuh, kWgmmaWholeTiles). Both against the reference, twice, locks zero."""
     from chord_kernels import ops
 
     from .moe_problems import Problem

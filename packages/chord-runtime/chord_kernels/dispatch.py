@@ -865,7 +865,11 @@ def grouped_mma_streamk(routing: str, nt: int, tt: int, stage_k: int, block_k: i
 # At the clocks do_bench and serving see (ncu --clock-control none, v28b) the tiles a CTA decide:
 # EP16 T=20 gate_up (1.2 tiles a CTA) +3.5 to +3.8 % where base clock read -1.2 to -2.5 %, while
 # 1.9+ (EP8 T=20/32, EP16 T=20 down) stayed -0.4 to -5.1 %: the rule starts at 1.5 (it was 1.2).
+# Below one tile a resident CTA the wide tile also wins where its tiles run whole (the device's
+# one wave of whole tiles, streamk_schedule.cuh kMmaWholeTiles: 3/4 of the CTAs or more): EP32 T=8
+# down, 336 wide tiles on 396 CTAs, -4.4 / -5.1 % at serving clocks (grouped-kernels.md v31, v32).
 WIDE_DECODE_TILES_PER_CTA = 1.5
+MMA_WHOLE_FILL = 6 / 8  # streamk_schedule.cuh kMmaWholeTiles.fill_eighths / 8
 WIDE_DECODE_MIN_ROWS = 4
 WIDE_DECODE_ROUTINGS = ("contiguous_offsets", "masked")  # measured; the DeepGEMM form is not
 
@@ -880,7 +884,8 @@ def grouped_wide_decode(routing: str, n: int, k: int, block_k: int, arch: str = 
 
 def widen_decode(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH, sms: int = H200_SMS) -> Launch:
     """``launch``, or its wide decode tile (grouped_wide_decode) where the call's expected tiles
-    of it (the experts' Poisson rows) fill WIDE_DECODE_TILES_PER_CTA per resident CTA."""
+    of it (the experts' Poisson rows) fill WIDE_DECODE_TILES_PER_CTA per resident CTA, or one
+    wave of whole tiles (MMA_WHOLE_FILL to 1 tile a resident CTA)."""
     if launch.spec.family != "grouped_mma_sk" or launch.spec.config["TT"] != 1 or launch.spec.config["NT"] != 2:
         return launch
     wide = grouped_wide_decode(problem.routing, problem.n, problem.k, problem.block_k, arch)
@@ -888,7 +893,8 @@ def widen_decode(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_AR
         return launch
     tiles = mean_row_tiles(problem.rows_per_expert, problem.num_experts, wide.rows_per_cta) * \
         -(-problem.n // wide.cols_per_cta)
-    return wide if tiles >= WIDE_DECODE_TILES_PER_CTA * resident_ctas(wide, sms) else launch
+    ctas = resident_ctas(wide, sms)
+    return wide if tiles >= WIDE_DECODE_TILES_PER_CTA * ctas or MMA_WHOLE_FILL * ctas <= tiles <= ctas else launch
 
 
 # The K split of the one-CTA 4-warpgroup tile over a cluster (grouped-kernels.md v10): since the
@@ -1044,7 +1050,8 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
     why = "wave model, cost against the first: " + "; ".join(weighed)
     wide = widen_decode(problem, launch, arch, sms)
     if wide is not launch:
-        why += f"; the wide decode tile ({WIDE_DECODE_TILES_PER_CTA}+ expected tiles a resident CTA)"
+        why += (f"; the wide decode tile ({WIDE_DECODE_TILES_PER_CTA}+ expected tiles a resident CTA, "
+                f"or {MMA_WHOLE_FILL}-1: one wave of whole tiles)")
     if wide.pick:
         why += f"; paired with {wide.pick[0].spec.describe()} (the device picks)"
     report_choice(problem, wide.spec, why)
