@@ -630,3 +630,16 @@ def test_grouped_wide_decode_tile_where_tiles_fill_the_ctas():
     symbols = {launch.spec.symbol for launch in dispatch.grouped_reachable_launches()}
     for routing in dispatch.WIDE_DECODE_ROUTINGS:
         assert dispatch.grouped_wide_decode(routing, 4096, 7168, 64).spec.symbol in symbols
+
+
+def test_wide_decode_whole_fill_mirrors_the_device_rule():
+    """dispatch.MMA_WHOLE_FILL is the fill from which the mma tile's stream-K schedule runs one
+    wave of whole tiles (csrc/common/streamk_schedule.cuh kMmaWholeTiles): widen_decode takes the
+    wide tile there only because the device then runs every tile whole."""
+    import re
+
+    from chord_kernels.jit.paths import csrc_dir
+
+    text = (csrc_dir() / "common" / "streamk_schedule.cuh").read_text()
+    eighths, max_waves = map(int, re.search(r"kMmaWholeTiles\{(\d+), (\d+)\}", text).groups())
+    assert (eighths / 8, max_waves) == (dispatch.MMA_WHOLE_FILL, 0)

@@ -70,7 +70,7 @@ constexpr int kDataParallelMinK = 1024;
 //   on 132 SMs (docs/design/indexed-kernels.md v23).
 //   The mma tile, from 3/4 within one wave only: decode is weight-bandwidth bound, and three
 //   quarters of the resident CTAs keep HBM as busy as all of them (EP32 T=8 down, 336 tiles of
-//   256 rows on 396 CTAs: -4.4 / -5.1 % at serving clocks). After a whole wave the same rule lost
+//   256 rows on 396 CTAs: -6.3 / -4.9 % at serving clocks). After a whole wave the same rule lost
 //   (EP16 T=8 gate_up, 1.78 waves: +4.5 / +10.3 %; grouped-kernels.md v32).
 struct WholeTilesRule {
   int fill_eighths, max_waves;

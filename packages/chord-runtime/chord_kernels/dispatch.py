@@ -867,7 +867,7 @@ def grouped_mma_streamk(routing: str, nt: int, tt: int, stage_k: int, block_k: i
 # 1.9+ (EP8 T=20/32, EP16 T=20 down) stayed -0.4 to -5.1 %: the rule starts at 1.5 (it was 1.2).
 # Below one tile a resident CTA the wide tile also wins where its tiles run whole (the device's
 # one wave of whole tiles, streamk_schedule.cuh kMmaWholeTiles: 3/4 of the CTAs or more): EP32 T=8
-# down, 336 wide tiles on 396 CTAs, -4.4 / -5.1 % at serving clocks (grouped-kernels.md v31, v32).
+# down, 336 wide tiles on 396 CTAs, -6.3 / -4.9 % at serving clocks (grouped-kernels.md v31, v32).
 WIDE_DECODE_TILES_PER_CTA = 1.5
 MMA_WHOLE_FILL = 6 / 8  # streamk_schedule.cuh kMmaWholeTiles.fill_eighths / 8
 WIDE_DECODE_MIN_ROWS = 4
