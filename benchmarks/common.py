@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import torch
 
 from . import scenarios as S
+from .gpu_clocks import ClockSampler, open_nvml
 
 GROUP = 32  # input channels per BF16 scale
 REL_ERR_TOL = 5e-3  # relative Frobenius error allowed on the routed rows
@@ -612,7 +613,9 @@ def _measure(backend, opts, handle, wp, ws, routing, point, proj, rec, device) -
             rec["us_single"] = single_ms * 1e3
             rec["status"] = "skipped (slow)"
         else:
-            rec["us"] = bench_us(call.fn, opts.warmup_ms, opts.rep_ms)
+            with ClockSampler(_nvml(device)) as clocks:
+                rec["us"] = bench_us(call.fn, opts.warmup_ms, opts.rep_ms)
+            rec.update(clocks.summary())  # sm_mhz, sm_mhz_min, power_w during the timing (benchmarks/gpu_clocks.py)
             rec["status"] = "ok"
         rec.update({f"extra_{k}": v for k, v in call.extra.items()})
     except Exception as exc:
@@ -621,6 +624,12 @@ def _measure(backend, opts, handle, wp, ws, routing, point, proj, rec, device) -
         traceback.print_exc()
     finally:
         del call, a  # free the output buffer (up to 7.5 GB) before the next point
+
+
+@functools.cache
+def _nvml(device: torch.device):
+    """NVML on ``device``, opened once per process (None off the GPU machine)."""
+    return open_nvml(device.index or 0) if device.type == "cuda" else None
 
 
 def _short_error(exc: BaseException) -> str:

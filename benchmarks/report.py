@@ -238,17 +238,33 @@ def render_table(rows: list[dict], path_col: bool = False) -> str:
     return "\n".join(lines)
 
 
+POWER_CAP_BITS = 0x4 | 0x80  # NVML clock-event reasons: software power cap, hardware power brake
+
+
+def _power_capped(rec: dict) -> bool:
+    return bool((rec.get("clock_events") or 0) & POWER_CAP_BITS)
+
+
+def _clock_cell(rec: dict) -> str:
+    """'MHz / W' during the call's timing (benchmarks/gpu_clocks.py), ' cap' where NVML reported
+    the power cap holding the clocks down, '–' where not recorded."""
+    if rec.get("sm_mhz") is None:
+        return "–"
+    power = rec.get("power_w")
+    return f"{rec['sm_mhz']:.0f} / {'–' if power is None else f'{power:.0f}'}" + (" cap" if _power_capped(rec) else "")
+
+
 def render_configs(rows: list[dict], path_col: bool = False) -> str:
     lines = [("| path " if path_col else "") + "| scenario | router | T | proj | Chord block_m | Chord kernel "
-             "| Chord rel err | Humming block_m | Humming kernel | Humming rel err |",
-             "|" + "---|" * (11 if path_col else 10)]
+             "| Chord rel err | Chord MHz / W | Humming block_m | Humming kernel | Humming rel err | Humming MHz / W |",
+             "|" + "---|" * (13 if path_col else 12)]
     for r in rows:
         for proj in S.PROJECTIONS:
             cells = []
             for side in SIDES:
                 rec = ((r["sides"][side] or {}).get("records") or {}).get(proj)
                 if rec is None:
-                    cells += ["–", "–", "–"]
+                    cells += ["–", "–", "–", "–"]
                     continue
                 err = rec.get("rel_err")
                 note = rec.get("error") or ""
@@ -256,7 +272,8 @@ def render_configs(rows: list[dict], path_col: bool = False) -> str:
                 if note:
                     cfg += f" — {note[:120]}"
                 cells += [str(rec.get("block_m") or "–"), cfg.replace("|", "/"),
-                          "–" if err is None else f"{err:.2e}" + ("" if rec.get("check") == "ok" else " ✗")]
+                          "–" if err is None else f"{err:.2e}" + ("" if rec.get("check") == "ok" else " ✗"),
+                          _clock_cell(rec)]
             lines.append((f"| {r['path']} " if path_col else "")
                          + f"| {r['scenario']} | {r['dist']} | {r['tokens']} | {proj} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -275,7 +292,36 @@ def summarize(rows: list[dict]) -> str:
             f"Correctness: {len(checks) - bad} of {len(checks)} side-points pass all checks.")
     if incons:
         text += " **Inputs differ between the sides:** " + "; ".join(incons) + "."
-    return text
+    clocks = clock_summary(rows)
+    return text + ("\n\n" + clocks if clocks else "")
+
+
+CLOCK_BANDS = (("T ≤ 128", lambda t: t <= 128), ("T ≥ 512", lambda t: t >= 512))
+
+
+def clock_summary(rows: list[dict]) -> str:
+    """One line: each side's mean SM clock and board power during its timed calls, decode and mid
+    batch apart from prefill (prefill runs against the power limit); '' where none was recorded."""
+    parts = []
+    for label, in_band in CLOCK_BANDS:
+        cells = []
+        for side in SIDES:
+            recs = [rec for r in rows if in_band(r["tokens"])
+                    for rec in ((r["sides"][side] or {}).get("records") or {}).values() if rec.get("sm_mhz") is not None]
+            if recs:
+                watts = [rec["power_w"] for rec in recs if rec.get("power_w") is not None]
+                mhz = sum(rec["sm_mhz"] for rec in recs) / len(recs)
+                low = min(rec.get("sm_mhz_min", rec["sm_mhz"]) for rec in recs)
+                known = [rec for rec in recs if rec.get("clock_events") is not None]
+                capped = sum(1 for rec in known if _power_capped(rec))
+                cells.append(f"{side.capitalize()} {mhz:.0f} MHz (lowest {low:.0f})"
+                             + (f", {sum(watts) / len(watts):.0f} W" if watts else "")
+                             + (f", power cap in {capped} of {len(known)} calls" if known else ""))
+        if cells:
+            parts.append(f"{label}: " + "; ".join(cells))
+    if not parts:
+        return ""
+    return "SM clock and board power during the timed calls (NVML, mean over the calls): " + " — ".join(parts) + "."
 
 
 def run_facts(ceilings: dict, sides: dict[str, dict | None], run: dict[str, str], paths: str) -> list[str]:

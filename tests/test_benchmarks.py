@@ -730,3 +730,141 @@ def test_flush_mode_from_the_environment(monkeypatch):
     monkeypatch.setenv("CHORD_BENCH_FLUSH", "clean")
     with pytest.raises(ValueError, match="CHORD_BENCH_FLUSH"):
         common.flush_mode()
+
+
+# ---------------------------------------------------------------------------------------
+# Clock and power during the timing (benchmarks/gpu_clocks.py)
+# ---------------------------------------------------------------------------------------
+
+
+class _FakeNvmlLib:
+    """libnvidia-ml's calls as the sampler makes them (ctypes byref arguments), with set readings."""
+
+    def __init__(self, clock=1650, power_mw=512_000, energy_mj=None, uuid_ok=True):
+        self.clock, self.power_mw, self.energy_mj, self.uuid_ok = clock, power_mw, energy_mj, uuid_ok
+        self.by_index = []
+
+    def nvmlInit_v2(self):
+        return 0
+
+    def nvmlDeviceGetHandleByUUID(self, uuid, ref):
+        return 0 if self.uuid_ok else 13
+
+    def nvmlDeviceGetHandleByIndex_v2(self, index, ref):
+        self.by_index.append(index)
+        return 0
+
+    def nvmlDeviceGetClockInfo(self, handle, clock_type, ref):
+        ref._obj.value = self.clock
+        return 0
+
+    def nvmlDeviceGetPowerUsage(self, handle, ref):
+        ref._obj.value = self.power_mw
+        return 0
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle, ref):
+        ref._obj.value = 0x4  # software power cap
+        return 0
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle, ref):
+        if self.energy_mj is None:
+            return 3  # not supported
+        ref._obj.value = self.energy_mj
+        self.energy_mj += 50_000  # 50 J a reading
+        return 0
+
+
+def test_nvml_reads_through_the_driver_calls():
+    from benchmarks import gpu_clocks
+
+    lib = _FakeNvmlLib(energy_mj=1_000)
+    nv = gpu_clocks.Nvml(0, "GPU-1234", lib=lib)
+    assert (nv.sm_mhz(), nv.power_mw(), nv.energy_mj(), nv.clock_events()) == (1650, 512_000, 1_000, 0x4)
+    assert lib.by_index == []  # found by UUID
+    gpu_clocks.Nvml(2, "GPU-missing", lib=_FakeNvmlLib(uuid_ok=False))  # falls back to the index
+    assert gpu_clocks.Nvml(3, None, lib=(lib3 := _FakeNvmlLib())).sm_mhz() == 1650 and lib3.by_index == [3]
+    assert gpu_clocks.Nvml(0, None, lib=_FakeNvmlLib()).energy_mj() is None
+
+
+def test_clock_sampler_summary_and_without_nvml():
+    """Mean and lowest SM clock over the block; the power from the energy counter over the wall
+    time where there is one, else the samples' mean; nothing at all without NVML."""
+    from benchmarks import gpu_clocks
+
+    class Readings:
+        def __init__(self, clocks, energy=None):
+            self.clocks, self.energy = list(clocks), energy
+
+        def sm_mhz(self):
+            return self.clocks.pop(0) if len(self.clocks) > 1 else self.clocks[0]
+
+        def power_mw(self):
+            return 400_000
+
+        def energy_mj(self):
+            return self.energy
+
+        def clock_events(self):
+            return 0x4 if len(self.clocks) == 2 else None  # one sample saw the power cap
+
+    with gpu_clocks.ClockSampler(Readings([1500, 1700, 1600]), period_s=0.001) as s:
+        import time
+
+        time.sleep(0.02)
+    out = s.summary()
+    assert set(out) == {"sm_mhz", "sm_mhz_min", "power_w", "clock_events"} and out["clock_events"] == 0x4
+    assert out["sm_mhz_min"] == 1500.0 and 1500 <= out["sm_mhz"] <= 1700 and out["power_w"] == 400.0
+    s = gpu_clocks.ClockSampler(Readings([1600], energy=10_000))
+    s._e0, s._e1, s._t0, s._t1, s.clocks, s.powers = 10_000, 60_000, 0.0, 0.1, [1600], [1]
+    assert s.summary() == {"sm_mhz": 1600.0, "sm_mhz_min": 1600.0, "power_w": 500.0}  # 50 J in 0.1 s
+    with gpu_clocks.ClockSampler(None) as s:
+        pass
+    assert s.summary() == {}
+
+
+def test_open_nvml_without_the_driver_says_so(monkeypatch, capsys):
+    from benchmarks import gpu_clocks
+
+    def missing(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(gpu_clocks.ctypes, "CDLL", missing)
+    assert gpu_clocks.open_nvml(0) is None
+    assert "no NVML" in capsys.readouterr().err
+
+
+def test_report_shows_clocks_where_recorded():
+    sides = _sides()
+    for rec in sides["chord"]["points"]:
+        rec.update(sm_mhz=1500.4, sm_mhz_min=1410.0, power_w=655.2)
+    for rec in sides["humming"]["points"][:2]:
+        rec.update(sm_mhz=1700.0, sm_mhz_min=1650.0, power_w=600.0, clock_events=0)
+    sides["chord"]["points"][0]["clock_events"] = 0x4 | 0x1  # power cap (and idle)
+    rows = report.merge(CEILINGS, sides)
+    configs = report.render_configs(rows)
+    assert "| 1500 / 655 cap |" in configs and "| 1500 / 655 |" in configs and "| 1700 / 600 |" in configs
+    assert configs.splitlines()[0].count("MHz / W") == 2
+    text = report.summarize(rows)
+    assert ("T ≤ 128: Chord 1500 MHz (lowest 1410), 655 W, power cap in 1 of 1 calls; "
+            "Humming 1700 MHz (lowest 1650), 600 W, power cap in 0 of 2 calls") in text
+    assert "T ≥ 512" not in text
+    assert report.clock_summary(report.merge(CEILINGS, _sides())) == ""  # nothing recorded: no line
+
+
+def test_clock_sampler_survives_an_nvml_error():
+    from benchmarks import gpu_clocks
+
+    class Failing:
+        def sm_mhz(self):
+            raise OSError("nvmlDeviceGetClockInfo returned NVML error 15")
+
+        power_mw = sm_mhz
+
+        def energy_mj(self):
+            return None
+
+        clock_events = energy_mj
+
+    with gpu_clocks.ClockSampler(Failing(), period_s=0.001) as s:
+        pass
+    assert s.summary() == {}
