@@ -615,7 +615,7 @@ def _measure(backend, opts, handle, wp, ws, routing, point, proj, rec, device) -
         else:
             with ClockSampler(_nvml(device)) as clocks:
                 rec["us"] = bench_us(call.fn, opts.warmup_ms, opts.rep_ms)
-            rec.update(clocks.summary())  # sm_mhz, sm_mhz_min, power_w during the timing (benchmarks/gpu_clocks.py)
+            rec.update(clocks.summary())  # sm_mhz, sm_mhz_min, power_w, clock_events (benchmarks/gpu_clocks.py)
             rec["status"] = "ok"
         rec.update({f"extra_{k}": v for k, v in call.extra.items()})
     except Exception as exc:

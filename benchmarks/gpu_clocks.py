@@ -82,7 +82,8 @@ def open_nvml(device_index: int = 0) -> Nvml | None:
             import torch
 
             raw = getattr(torch.cuda.get_device_properties(device_index), "uuid", None)
-            uuid = f"GPU-{raw}" if raw is not None and not str(raw).startswith("GPU-") else (str(raw) if raw else None)
+            if raw is not None:  # torch prints the bare UUID; NVML names it "GPU-<uuid>"
+                uuid = str(raw) if str(raw).startswith("GPU-") else f"GPU-{raw}"
         except Exception:  # noqa: BLE001 - no torch or no GPU: NVML's own index
             uuid = None
         return Nvml(device_index, uuid)
