@@ -101,8 +101,7 @@ class ClockSampler:
         self.nvml, self.period_s = nvml, period_s
         self.clocks: list[int] = []
         self.powers: list[int] = []
-        self.events = 0  # the clock-event reason bits seen in any sample
-        self.events_known = False
+        self.events: int | None = None  # the clock-event reason bits seen in any sample (None: not reported)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = self._t1 = 0.0
@@ -118,8 +117,7 @@ class ClockSampler:
         self.powers.append(power)
         events = self.nvml.clock_events()
         if events is not None:
-            self.events |= events
-            self.events_known = True
+            self.events = (self.events or 0) | events
         return True
 
     def _run(self) -> None:
@@ -149,6 +147,6 @@ class ClockSampler:
             out["power_w"] = round((self._e1 - self._e0) / 1e3 / wall, 1)
         else:
             out["power_w"] = round(sum(self.powers) / len(self.powers) / 1e3, 1)
-        if self.events_known:
+        if self.events is not None:
             out["clock_events"] = self.events
         return out

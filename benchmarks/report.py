@@ -238,6 +238,11 @@ def render_table(rows: list[dict], path_col: bool = False) -> str:
     return "\n".join(lines)
 
 
+def _side_records(row: dict, side: str) -> dict[str, dict]:
+    """A merged row's records of one side, by projection ({} where the side did not run)."""
+    return (row["sides"][side] or {}).get("records") or {}
+
+
 POWER_CAP_BITS = 0x4 | 0x80  # NVML clock-event reasons: software power cap, hardware power brake
 
 
@@ -262,7 +267,7 @@ def render_configs(rows: list[dict], path_col: bool = False) -> str:
         for proj in S.PROJECTIONS:
             cells = []
             for side in SIDES:
-                rec = ((r["sides"][side] or {}).get("records") or {}).get(proj)
+                rec = _side_records(r, side).get(proj)
                 if rec is None:
                     cells += ["–", "–", "–", "–"]
                     continue
@@ -307,7 +312,7 @@ def clock_summary(rows: list[dict]) -> str:
         cells = []
         for side in SIDES:
             recs = [rec for r in rows if in_band(r["tokens"])
-                    for rec in ((r["sides"][side] or {}).get("records") or {}).values() if rec.get("sm_mhz") is not None]
+                    for rec in _side_records(r, side).values() if rec.get("sm_mhz") is not None]
             if recs:
                 watts = [rec["power_w"] for rec in recs if rec.get("power_w") is not None]
                 mhz = sum(rec["sm_mhz"] for rec in recs) / len(recs)
