@@ -485,9 +485,10 @@ def test_grouped_taller_tile_for_a_wave():
     assert dispatch.select_grouped(GroupedProblem("masked", 4096, 7168, 48, 86, 128)).rows_per_cta == 96
 
 
-SHORT_128 = {"ROUTING": 2, "WM": 2, "BN": 128, "STAGES": 6, "BLOCK_K": 64, "CWG": 2}
+ACTS_BY_MAP = {"SPLIT_K": 1, "LOOP": 1, "TMA_ACTS": 1}  # every grouped tile loop (dispatch.grouped_wgmma)
+SHORT_128 = {"ROUTING": 2, "WM": 2, "BN": 128, "STAGES": 6, "BLOCK_K": 64, "CWG": 2, **ACTS_BY_MAP}
 SHORT_96 = {**SHORT_128, "BN": 96}
-TALL = {"ROUTING": 2, "WM": 1, "BN": 240, "STAGES": 4, "BLOCK_K": 64, "CWG": 2}
+TALL = {"ROUTING": 2, "WM": 1, "BN": 240, "STAGES": 4, "BLOCK_K": 64, "CWG": 2, **ACTS_BY_MAP}
 
 
 @pytest.mark.parametrize("n,k", [(4096, 7168), (7168, 2048)])

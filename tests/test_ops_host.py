@@ -20,6 +20,7 @@ def stub_device(monkeypatch):
     # tensor maps need the driver: a stub "map" records the address and box bytes it was made for
     monkeypatch.setattr(tma, "encode", lambda geo, address: struct.pack("@2Q", address, geo.box_bytes).ljust(128, b"\0"))
     monkeypatch.setattr(tma, "_maps", {})
+    monkeypatch.setattr(tma, "_act_maps", tma.OrderedDict())
     return loaded
 
 
@@ -76,6 +77,10 @@ def test_indexed_plan_rejects_bad_signatures(stub_device):
         ops._indexed_plan(a, packed, sorted_ids, expert_ids, ntp, 2, 8, out[:5], "mma", "")
     with pytest.raises(ValueError, match="too few for"):
         ops._indexed_plan(a, packed, sorted_ids, expert_ids[:1], ntp, 2, 8, out, "mma", "")
+    wide = torch.zeros(a.shape[0], 260, dtype=torch.bfloat16)[:, :256]  # row stride 260: 8-byte rows
+    with pytest.raises(ValueError, match="a's row stride \\(260 elements\\) must be a multiple of 8"):
+        ops._indexed_plan(wide, packed, sorted_ids, expert_ids, ntp, 2, 8, out, "mma", "")
+
 
 
 def test_params_struct_layout():
@@ -275,6 +280,8 @@ def test_grouped_tall_tile_pair_launches_both_with_mirrored_picks(grouped_stub, 
         assert grid == (3 * lau.spec.min_blocks_per_sm, 1, 1)  # the resident CTAs (3 SMs here)
         box_bytes = struct.unpack_from("@2Q", raw, 192)[1]  # the weight map's box: the tile's n-tiles
         assert lau.tensor_maps and box_bytes == lau.cols_per_cta // 16 * 512
+        # then the activations' map (MoeTmaActParams): a's address, a stage of the tile's rows
+        assert len(raw) == 576 and struct.unpack_from("@2Q", raw, 448) == (a.data_ptr(), 64 * lau.rows_per_cta * 2)
     ops._grouped_cuda("contiguous_offsets", a, packed, offsets, out, rows)
     assert len(grouped_stub["launches"]) == 4 and len(grouped_stub["select"]) == 1
 
@@ -288,6 +295,7 @@ def test_grouped_masked_3d_inputs(grouped_stub):
     ops._grouped_cuda("masked", a3, packed, masked_m, out, 2)
     fields = ops.MOE_PARAMS.unpack(grouped_stub["launches"][-1][4])
     assert fields[0] == a3.data_ptr() and fields[10] == 256
+
     strided = torch.randn(6, 4, 256).to(torch.bfloat16).transpose(0, 1)  # [4, 6, 256], not flat-viewable
     ops._grouped_cuda("masked", strided, packed, masked_m, out, 2)
     fields = ops.MOE_PARAMS.unpack(grouped_stub["launches"][-1][4])
@@ -353,6 +361,8 @@ def test_tile_loop_grid_does_not_grow_with_the_buffers(grouped_stub, monkeypatch
     zeroed stream-K locks."""
     packed, _, _ = _grouped_problem("contiguous", k=1024)
     offsets = torch.tensor([0, 1, 2, 3, 4])
+    # the buffers below are one broadcast row (stride 0), which no activation map takes
+    monkeypatch.setattr(tma, "activation_map", lambda a, rows: bytes(128))
     # 128-row tiles (expected_m 100), 1 column tile: ceil(rows / 128) + 4 experts row tiles at most
     for rows, resident, want in ((64 * 65535, 3, 3), (100, 1000, 5)):
         monkeypatch.setattr(ops, "_resident_ctas", lambda kernel, launch, device, n=resident: n)
@@ -419,3 +429,38 @@ def test_split_k_grid_cluster_and_override(grouped_stub, monkeypatch):
     with pytest.raises(ValueError, match="CHORD_GROUPED_SPLIT_K='4'.*auto or one of 1, 2"):
         ops._grouped_cuda("contiguous_offsets", a, packed, offsets, out, 24)
     assert len(grouped_stub["launches"]) == launches
+
+
+def test_grouped_tile_loop_maps_the_activations(grouped_stub):
+    """The grouped tile loop's parameters end with the activations' map (MoeTmaActParams): a's
+    address and a stage of the tile's rows; a masked 3-D input is mapped as [G*max_m, K]."""
+    packed, _, _ = _grouped_problem("masked", n=256, k=1024)
+    a3 = torch.randn(4, 256, 1024).to(torch.bfloat16)
+    out = torch.empty(4 * 256, 256, dtype=torch.bfloat16)
+    ops._grouped_cuda("masked", a3, packed, torch.tensor([200, 0, 256, 90], dtype=torch.int32), out, 140)
+    launch = dispatch.select_grouped(grouped_stub["select"][0])
+    assert launch.tile_loop and launch.act_map_rows == launch.rows_per_cta
+    raw = grouped_stub["launches"][-1][4]
+    assert len(raw) == 576 and struct.unpack_from("@2Q", raw, 448) == (a3.data_ptr(), 64 * launch.rows_per_cta * 2)
+    assert list(tma._act_maps) == [(a3.data_ptr(), 4 * 256, 1024, 1024, launch.rows_per_cta)]
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        flat = torch.randn(4 * 256 * 1024 + 1).to(torch.bfloat16)
+        ops._grouped_cuda("masked", flat[1:].view(4, 256, 1024), packed, torch.tensor([1, 2, 3, 4], dtype=torch.int32),
+                          out, 140)
+
+
+def test_misaligned_activations_raise_before_the_launch(grouped_stub):
+    """a's start is checked per call (addresses are no part of a signature): 2 bytes off 16 is a
+    clear error on both launch paths, and nothing launches."""
+    ops._indexed_plans.clear()
+    a, packed, sorted_ids, expert_ids, ntp, out = _problem()
+    base = torch.zeros(a.numel() + 8, dtype=torch.bfloat16)
+    shifted = base[1:1 + a.numel()].view(a.shape)
+    with pytest.raises(ValueError, match="must start 16-byte aligned"):
+        ops._indexed_cuda(shifted, packed, sorted_ids, expert_ids, ntp, 2, 8, out)
+    ops._indexed_plans.clear()
+    codes, scale = layouts.unpack_w4a16(packed)
+    grouped = layouts.pack_w4a16(codes, scale, "contiguous")
+    with pytest.raises(ValueError, match="must start 16-byte aligned"):
+        ops._grouped_cuda("contiguous_offsets", shifted, grouped, torch.tensor([0, 1, 1, 2, 3]), out, 1)
+    assert not grouped_stub["launches"]

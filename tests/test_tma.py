@@ -151,11 +151,15 @@ def test_tma_launches_take_the_maps_in_their_parameters():
     else a stage a box (WgmmaTile::kBlockPairs)."""
     assert ops._TMA_MAPS_OFFSET == 192 and ops._TMA_MAPS_OFFSET + 256 == 448
     for launch in (dispatch.indexed_wgmma(2, 32, 8, cwg=4), dispatch.indexed_wgmma_streamk(2, 56, 8),
-                   dispatch.grouped_wgmma("contiguous", 2, 128, 6, 64), dispatch.grouped_wgmma("masked", 2, 56, 6, 128),
                    dispatch.grouped_wgmma("masked", 2, 32, 8, 128, cwg=4, split_k=2),
                    dispatch.grouped_wgmma_streamk("masked", 2, 56, 6, 128)):
-        assert launch.tensor_maps and launch.spec.params_type == "chord::MoeTmaParams"
+        assert launch.tensor_maps and launch.spec.params_type == "chord::MoeTmaParams" and not launch.act_map_rows
         assert "run(chord::moe_params(params))" in launch.spec.source()
+    # the grouped tile loop also takes its activations' map (MoeTmaActParams, 576 bytes)
+    for launch in (dispatch.grouped_wgmma("contiguous", 2, 128, 6, 64), dispatch.grouped_wgmma("masked", 2, 56, 6, 128),
+                   dispatch.grouped_wgmma("contiguous_offsets", 2, 32, 8, 64, cwg=4, loop=True)):
+        assert launch.tensor_maps and launch.spec.params_type == "chord::MoeTmaActParams"
+        assert launch.act_map_rows == launch.rows_per_cta and launch.spec.config["TMA_ACTS"] == 1
     pairs = [dispatch.grouped_wgmma("masked", 2, 56, 6, 128), dispatch.grouped_wgmma("masked", 2, 32, 8, 128, cwg=4, split_k=2)]
     stage_boxes = [dispatch.grouped_wgmma("masked", 1, 240, 4, 128), dispatch.grouped_wgmma_streamk("masked", 2, 56, 6, 128),
                    dispatch.grouped_wgmma("masked", 1, 64, 6, 128)]
@@ -163,3 +167,42 @@ def test_tma_launches_take_the_maps_in_their_parameters():
     assert not dispatch.grouped_wgmma("contiguous_offsets", 1, 240, 4, 64).stage_boxes
     launch = dispatch.indexed_mma_streamk(2, 2, 256)
     assert not launch.tensor_maps and launch.spec.params_type == "chord::MoeParams"
+
+
+def test_activation_map_geometry():
+    """a [rows, K] bf16 as boxes of one 64-column stage of the tile's rows, 128-byte swizzled (the
+    wgmma tile's K-major activation layout); the row stride must be 16-byte aligned."""
+    geo = tma.activation_map_geometry(rows=5000, k=7168, lda=7168, box_rows=240)
+    assert geo.dtype == tma.DTYPE_BFLOAT16 and geo.swizzle == tma.SWIZZLE_128B
+    assert geo.dims == (7168, 5000) and geo.strides == (7168 * 2,) and geo.box == (64, 240)
+    assert geo.box_bytes == 64 * 240 * 2  # one stage of the tile's act slot (WgmmaTile::Smem::act)
+    assert tma.activation_map_geometry(100, 2048, 2056, 8).strides == (4112,)  # a padded row stride
+    for kwargs, match in ((dict(rows=8, k=7168, lda=7170, box_rows=8), "multiple of 8 elements"),
+                          (dict(rows=8, k=7168, lda=64, box_rows=8), "at least K"),
+                          (dict(rows=8, k=100, lda=128, box_rows=8), "multiple of 64"),
+                          (dict(rows=8, k=64, lda=64, box_rows=260), "8-256 rows"),
+                          (dict(rows=8, k=64, lda=64, box_rows=12), "8-256 rows")):
+        with pytest.raises(ValueError, match=match):
+            tma.activation_map_geometry(**kwargs)
+
+
+def test_activation_maps_encoded_once_per_buffer(monkeypatch):
+    """The map is a's address: encoded once per (address, shape, stride, box) and kept for the
+    last ACT_MAPS_KEPT; a misaligned a is a clear error before anything is encoded."""
+    encoded = []
+    monkeypatch.setattr(tma, "encode", lambda geo, address: encoded.append((geo, address)) or bytes(128))
+    monkeypatch.setattr(tma, "_act_maps", tma.OrderedDict())
+    a = torch.zeros(64, 128, dtype=torch.bfloat16)
+    for _ in range(3):
+        assert tma.activation_map(a, 32) == bytes(128)
+    assert len(encoded) == 1 and encoded[0][1] == a.data_ptr() and encoded[0][0].dims == (128, 64)
+    tma.activation_map(a, 64)  # another box: another map
+    assert len(encoded) == 2
+    tma.activation_map(a.view(4, 16, 128), 32)  # the masked form's 3-D view: [G*max_m, K]
+    assert encoded[-1][0].dims == (128, 64) and encoded[-1][0].strides == (256,)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        tma.activation_map(a.view(-1)[1:129].view(1, 128), 8)
+    bufs = [torch.zeros(8, 64, dtype=torch.bfloat16) for _ in range(tma.ACT_MAPS_KEPT + 1)]
+    for b in bufs:
+        tma.activation_map(b, 8)
+    assert len(tma._act_maps) == tma.ACT_MAPS_KEPT

@@ -72,6 +72,16 @@ static_assert(offsetof(MoeTmaParams, weight_map) == 192 && offsetof(MoeTmaParams
                   sizeof(MoeTmaParams) == 448,
               "MoeTmaParams layout changed: update chord_kernels/ops.py");
 
+// The grouped tile loop's parameters (WgmmaTiles with TMA_ACTS): MoeTmaParams, then a map of the
+// activations a [rows, K] (bf16, 128-byte swizzle), whose box is one 64-column stage of the tile's
+// BN rows (chord_kernels.tma.activation_map_geometry). Encoded per call (a's address).
+struct MoeTmaActParams {
+  MoeTmaParams tma;
+  TensorMap act_map;
+};
+static_assert(offsetof(MoeTmaActParams, act_map) == 448 && sizeof(MoeTmaActParams) == 576,
+              "MoeTmaActParams layout changed: update chord_kernels/ops.py");
+
 // Whether this kernel of a pair runs (MoeParams::pick_rows): the call's row tiles cost less in
 // its height (`tiles` of them) than in the other's (`other_tiles`). Both kernels compute the same
 // two integers from the same routing, so exactly one of them runs.
@@ -83,10 +93,15 @@ __device__ __forceinline__ bool picked(const MoeParams& p, int tiles, int other_
 // What a generated kernel (chord_kernels.jit.kernel) hands its body.
 __device__ __forceinline__ const MoeParams& moe_params(const MoeParams& p) { return p; }
 __device__ __forceinline__ const MoeParams& moe_params(const MoeTmaParams& p) { return p.base; }
+__device__ __forceinline__ const MoeParams& moe_params(const MoeTmaActParams& p) { return p.tma.base; }
 
 // The maps of a kernel declared with MoeTmaParams, from the MoeParams its body was given.
 __device__ __forceinline__ const MoeTmaParams& tma_maps(const MoeParams& p) {
   return *reinterpret_cast<const MoeTmaParams*>(&p);
+}
+// The activation map of a kernel declared with MoeTmaActParams.
+__device__ __forceinline__ const TensorMap& tma_act_map(const MoeParams& p) {
+  return reinterpret_cast<const MoeTmaActParams*>(&p)->act_map;
 }
 
 }  // namespace chord

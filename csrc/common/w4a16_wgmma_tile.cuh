@@ -25,6 +25,8 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "common/cluster_sm90.cuh"
 #include "common/mbarrier_sm90.cuh"
 #include "common/mma_sm80.cuh"
@@ -273,6 +275,20 @@ struct WgmmaTile {
     }
   };
 
+  // The tile's activation rows as one tensor-map box a stage (the grouped tile loop, TMA_ACTS):
+  // rows [row, row + BN) of a, whose rows are contiguous in the grouped forms; rows past the
+  // tile's own (the next expert's, or zeros past a's end) are loaded and computed, never stored
+  // (out_row -1). Its stage act_s is column (stage0 + act_s) * 64; advance as RowPointers'.
+  struct ActBox {
+    int row, stage0;
+    __device__ __forceinline__ void advance(int s) { stage0 += s; }
+  };
+  template <class Acts>
+  static constexpr bool kActBox = std::is_same_v<Acts, ActBox>;
+  // A slot's activation bytes by tensor map (all of them count, the zero-filled rows too).
+  template <class Acts>
+  static constexpr uint32_t kActBoxBytes = kActBox<Acts> ? sizeof(Smem::act[0]) : 0;
+
   // Stage s (64 columns of K) into ring slot `slot`: weights, scales and the tile's activation
   // rows (stage act_s of `rows`: s, or counted from where the rows were advanced to). Issue only:
   // the caller arrives on the slot's "full" barrier; thread 0 arms it here with the boxes' bytes
@@ -281,15 +297,16 @@ struct WgmmaTile {
                                                     const RowPointers& rows, int s) {
     load_stage(p, sm, slot, src, rows, s, s);
   }
+  template <class Acts>
   __device__ __forceinline__ static void load_stage(const MoeParams& p, Smem& sm, int slot, const Sources& src,
-                                                    const RowPointers& rows, int s, int act_s) {
+                                                    const Acts& rows, int s, int act_s) {
     static_assert(!kBlockPairs, "stage pairs load whole blocks (load_block_pair)");
     if (threadIdx.x == 0) {
-      mbarrier_arrive_expect_tx(&sm.full[slot], kTmaStageBytes);
+      mbarrier_arrive_expect_tx(&sm.full[slot], kTmaStageBytes + kActBoxBytes<Acts>);
       tma_weights(p, sm, slot, src, s);
       tma_scales(p, sm, slot, src, s);
     }
-    load_acts(sm, slot, rows, act_s);
+    load_acts(p, sm, slot, rows, act_s);
   }
 
   // The boxes' bytes a stage: all of them count, the zero-filled ones past N too.
@@ -333,6 +350,15 @@ struct WgmmaTile {
     }
   }
 
+  // The activation box of stage s (ActBox), from thread 0, after the slot's arm.
+  __device__ __forceinline__ static void load_acts(const MoeParams& p, Smem& sm, int slot, const ActBox& box, int s) {
+    if (threadIdx.x == 0)
+      tma_load_2d(sm.act[slot], tma_act_map(p), &sm.full[slot], (box.stage0 + s) * kStageK, box.row);
+  }
+  __device__ __forceinline__ static void load_acts(const MoeParams&, Smem& sm, int slot, const RowPointers& rows,
+                                                   int s) {
+    load_acts(sm, slot, rows, s);
+  }
   __device__ __forceinline__ static void load_acts(Smem& sm, int slot, const RowPointers& rows, int s) {
     const int tid = threadIdx.x;
     unsigned char* dst = reinterpret_cast<unsigned char*>(sm.act[slot]) + sw128_offset(act_row_of(tid, 0), tid % 8);
@@ -346,18 +372,19 @@ struct WgmmaTile {
   // scales, both on the first slot's barrier (the consumers wait for it before the second's);
   // stage s0 + 1's scales on the second's; activations from stage act_s0 of `rows` (as
   // load_stage). Issue only.
+  template <class Acts>
   __device__ __forceinline__ static void load_block_pair(const MoeParams& p, Smem& sm, int slot, const Sources& src,
-                                                         const RowPointers& rows, int s0, int act_s0) {
+                                                         const Acts& rows, int s0, int act_s0) {
     static_assert(kBlockPairs, "stage pairs load whole blocks");
     if (threadIdx.x == 0) {
-      mbarrier_arrive_expect_tx(&sm.full[slot], 2 * sizeof(Smem::w[0]) + sizeof(Smem::scale[0]));
+      mbarrier_arrive_expect_tx(&sm.full[slot], 2 * sizeof(Smem::w[0]) + sizeof(Smem::scale[0]) + kActBoxBytes<Acts>);
       tma_weights(p, sm, slot, src, s0);
       tma_scales(p, sm, slot, src, s0);
-      mbarrier_arrive_expect_tx(&sm.full[slot + 1], sizeof(Smem::scale[0]));
+      mbarrier_arrive_expect_tx(&sm.full[slot + 1], sizeof(Smem::scale[0]) + kActBoxBytes<Acts>);
       tma_scales(p, sm, slot + 1, src, s0 + 1);
     }
 #pragma unroll
-    for (int q = 0; q < 2; ++q) load_acts(sm, slot + q, rows, act_s0 + q);
+    for (int q = 0; q < 2; ++q) load_acts(p, sm, slot + q, rows, act_s0 + q);
   }
 
   // Stages [first_stage, first_stage + num_stages) of K into the ring (first_stage even with

@@ -26,7 +26,12 @@
 
 namespace chord {
 
-template <int WM, int BN, int STAGES, int BLOCK_K, template <int> class ROW_TILES, int CWG = 2>
+// TMA_ACTS (the grouped forms, whose tile rows are contiguous in a): the producer loads the
+// tile's activation rows as one tensor-map box a stage (WgmmaTile::ActBox) from thread 0 instead
+// of 16-byte cp.async copies from every producer thread. Why: at EP8 T=8192 gate_up (BN 240)
+// those copies and their 64-bit addresses were ~400 M of the kernel's 1963 M instructions, where
+// Humming's kernel loads everything by TMA (benchmarks/results/ncu/2026-12-04_ep8_gate_up.md).
+template <int WM, int BN, int STAGES, int BLOCK_K, template <int> class ROW_TILES, int CWG = 2, bool TMA_ACTS = false>
 struct WgmmaTiles {
   using Tile = WgmmaTile<WM, BN, STAGES, BLOCK_K, CWG>;
   using Smem = typename Tile::Smem;
@@ -125,15 +130,22 @@ struct WgmmaTiles {
       const Located at = Rows::locate(p, t / cols);
       if (!has_work(at)) continue;
       const typename Tile::Sources src = Tile::sources(p, at.expert, t % cols);
-      typename Tile::RowIndex idx;
-#pragma unroll
-      for (int i = 0; i < Tile::kActPerThread; ++i) {
-        const int32_t route = Tile::act_row_in_tile(tid, i) ? Rows::route(p, at, Tile::act_row_of(tid, i)) : -1;
-        idx.row[i] = route >= 0 ? (int32_t)Rows::a_row(p, route) : -1;
-      }
       // The unit's stages [s0, s1) counted from 0 (j; the activation rows advanced to s0).
-      typename Tile::RowPointers rows(p, idx);
-      rows.advance(unit.s0);
+      const auto rows = [&] {
+        if constexpr (TMA_ACTS) {
+          return typename Tile::ActBox{at.first, unit.s0};
+        } else {
+          typename Tile::RowIndex idx;
+#pragma unroll
+          for (int i = 0; i < Tile::kActPerThread; ++i) {
+            const int32_t route = Tile::act_row_in_tile(tid, i) ? Rows::route(p, at, Tile::act_row_of(tid, i)) : -1;
+            idx.row[i] = route >= 0 ? (int32_t)Rows::a_row(p, route) : -1;
+          }
+          typename Tile::RowPointers ptrs(p, idx);
+          ptrs.advance(unit.s0);
+          return ptrs;
+        }
+      }();
       const int count = unit_stages(p, unit);
       for (int j = 0; j < count; j += kStagesPerStep, g += kStagesPerStep) {
         const int slot = g % STAGES;  // even when stages go in pairs (STAGES and every unit's stages even)

@@ -5,7 +5,8 @@
 //   kContiguousOffsets vLLM form: rows [expert_offsets[e], expert_offsets[e+1]) belong to e, no
 //                      alignment; row tile y is the y-th of the per-expert tile sequence.
 //   kMasked            rows [e*max_m, e*max_m + min(masked_m[e], max_m)) belong to e; rows past
-//                      masked_m are neither read nor written.
+//                      masked_m are never written (the tile loop's activation box may read them,
+//                      within a, and never uses them).
 // out[row] = a[row] @ dequant(W[expert])^T (same row in and out). Kernels, as in the indexed
 // family: GroupedMmaStreamK (the mma tile on persistent stream-K CTAs, decode and mid batch, up to
 // 32 rows), GroupedWgmma (common/w4a16_wgmma_tile.cuh, 17-128 rows; with 2 consumer warpgroups
@@ -183,12 +184,16 @@ struct GroupedWgmmaStreamK : WgmmaStreamK<WM, BN, STAGES, BLOCK_K, GroupedRowTil
 // LOOP: whole tiles claimed by at most one CTA an SM (always with 2 consumer warpgroups; with 4
 // unless split, v23); LOOP 0 (4 only): one CTA per tile, with SPLIT_K > 1 one cluster of SPLIT_K
 // CTAs per tile (CHORD_GROUPED_SPLIT_K).
-template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K, int CWG, int SPLIT_K = 1, int LOOP = (CWG == 2)>
+// TMA_ACTS 1 (the tile loop only): the tile's activation rows by tensor map (WgmmaTiles).
+template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K, int CWG, int SPLIT_K = 1, int LOOP = (CWG == 2),
+          int TMA_ACTS = 0>
 struct GroupedWgmma
-    : std::conditional_t<LOOP != 0, WgmmaTiles<WM, BN, STAGES, BLOCK_K, GroupedRowTiles<ROUTING>::template Of, CWG>,
+    : std::conditional_t<LOOP != 0,
+                         WgmmaTiles<WM, BN, STAGES, BLOCK_K, GroupedRowTiles<ROUTING>::template Of, CWG, TMA_ACTS != 0>,
                          GroupedRows<ROUTING, WgmmaTile<WM, BN, STAGES, BLOCK_K, CWG>, SPLIT_K>> {
   static_assert(CWG == 4 || LOOP, "2 consumer warpgroups always loop");
   static_assert(!LOOP || SPLIT_K == 1, "the K split is for the one-CTA tile");
+  static_assert(LOOP || !TMA_ACTS, "activations by tensor map on the tile loop only");
 };
 
 }  // namespace chord

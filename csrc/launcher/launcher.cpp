@@ -111,7 +111,7 @@ void check(CUresult rc, const char* what) {
 // swizzle, zero fill. Returns the 128 bytes the kernel takes in its parameters.
 py::bytes encode_tensor_map(int dtype, std::uintptr_t address, const std::vector<std::uint64_t>& dims,
                             const std::vector<std::uint64_t>& strides, const std::vector<unsigned>& box,
-                            int l2_promotion) {
+                            int l2_promotion, int swizzle) {
   if (dims.empty() || dims.size() > 5 || strides.size() + 1 != dims.size() || box.size() != dims.size())
     throw std::invalid_argument("chord launcher: a tensor map takes 1-5 dims, one stride fewer, a box per dim");
   const EncodeTiled encode = driver().cuTensorMapEncodeTiled;  // opens libcuda (or says why it cannot)
@@ -120,7 +120,7 @@ py::bytes encode_tensor_map(int dtype, std::uintptr_t address, const std::vector
   TensorMapBytes map;
   std::memset(&map, 0, sizeof(map));
   check(encode(&map, dtype, static_cast<unsigned>(dims.size()), reinterpret_cast<void*>(address), dims.data(),
-               strides.data(), box.data(), element_strides.data(), /*interleave none*/ 0, /*swizzle none*/ 0,
+               strides.data(), box.data(), element_strides.data(), /*interleave none*/ 0, swizzle,
                l2_promotion, /*OOB fill zeros*/ 0),
         "cuTensorMapEncodeTiled");
   return py::bytes(reinterpret_cast<const char*>(&map), sizeof(map));
@@ -216,7 +216,7 @@ PYBIND11_MODULE(_launcher, m) {
   m.def("load_kernel", &load_kernel, py::arg("image"), py::arg("name"), py::arg("device"),
         py::arg("max_dynamic_smem") = 0);
   m.def("encode_tensor_map", &encode_tensor_map, py::arg("dtype"), py::arg("address"), py::arg("dims"),
-        py::arg("strides"), py::arg("box"), py::arg("l2_promotion"));
+        py::arg("strides"), py::arg("box"), py::arg("l2_promotion"), py::arg("swizzle") = 0);
   m.def("function_attributes", &function_attributes, py::arg("fn"));
   m.def("max_active_blocks", &max_active_blocks, py::arg("fn"), py::arg("ctx"), py::arg("threads"), py::arg("smem"));
   m.def("launch", &launch, py::arg("fn"), py::arg("ctx"), py::arg("gx"), py::arg("gy"),

@@ -132,16 +132,12 @@ def _launch_one_of_pair(bufs, plan, second):
     """One kernel of a grouped pair (ops._grouped_cuda launches both), packed as the launch path does."""
     from chord_kernels import ops
 
-    kernel, launch, grid, block, _, slot, tail, device_index, paired = plan
+    kernel, launch, grid, block, flat_copy, slot, tail, device_index, paired = plan
     if second:
         launch, kernel, grid, tail = paired
         block = (launch.spec.threads, 1, 1)
-    r = bufs.route.data_ptr()
-    params = ops._PARAMS_POINTERS.pack(bufs.a.data_ptr(), bufs.packed.qweight.data_ptr(),
-                                       bufs.packed.scale.data_ptr(), bufs.out.data_ptr(), 0, 0, 0,
-                                       r if slot == 7 else 0, r if slot == 8 else 0, r if slot == 9 else 0) + tail
-    if launch.tensor_maps:
-        params += ops._tma_params_tail(bufs.packed, launch)
+    a = bufs.a.reshape(-1, bufs.a.shape[-1]) if flat_copy else bufs.a
+    params = ops._grouped_pointers(a, bufs.packed, bufs.route, bufs.out, slot) + tail + ops._maps_tail(bufs.packed, a, launch)
     kernel.launch(grid, block, launch.smem_bytes, ops._current_stream(device_index), params)
 
 
@@ -494,3 +490,70 @@ def test_decode_one_wave_of_whole_tiles(routing_name, tile_family, monkeypatch):
         assert int(counts.max()) <= bufs.seg
         bufs.check_runs(graph, *bufs.set_counts(counts), f"{row_tiles} row tiles' sums")
         assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), "a launch left a lock non-zero"
+
+
+@pytest.mark.parametrize("shape", ["ep8_gate_up", "small"])
+@pytest.mark.parametrize("routing_name", ["contiguous", "contiguous_offsets", "masked"])
+def test_rows_outside_the_tiles_hold_nan(shape, routing_name):
+    """The tile loop loads a tile's activation rows as one box (dispatch.grouped_wgmma, TMA_ACTS):
+    rows past a tile's own (padding, the next expert's, past offsets[-1] or masked_m) are read and
+    computed but never stored. Those rows hold NaN here: the valid rows must match the reference
+    and stay finite, and no row outside the experts is written."""
+    e, n, k = SHAPES[shape]
+    total = 3000 if shape != "small" else 300  # prefill: the tile loop
+    counts = counts_for(e, total, True, seed=5)
+    codes, scale, packed = weights(e, n, k, "masked" if routing_name == "masked" else "contiguous")
+    if routing_name == "masked":
+        max_m = int((counts.max().item() + 63) // 64 * 64)
+        a = torch.full((e, max_m, k), float("nan"), device="cuda").to(torch.bfloat16)
+        for ex, c in enumerate(counts.tolist()):
+            a[ex, :c] = torch.randn(c, k, device="cuda").to(torch.bfloat16)
+        out = torch.full((e * max_m, n), POISON, dtype=torch.bfloat16, device="cuda")
+        masked(a, packed, counts.to(torch.int32).cuda(), int(counts.float().mean().item()) + 1, out=out)
+        torch.cuda.synchronize()
+        rows = torch.cat([torch.arange(c) + ex * max_m for ex, c in enumerate(counts.tolist())]).cuda()
+        experts = torch.repeat_interleave(torch.arange(e), counts).cuda()
+        check(out[rows], ref_rows(a.reshape(-1, k), codes, scale, rows, experts))
+        return
+    if routing_name == "contiguous":
+        aligned = ((counts + 127) // 128) * 128
+        m = int(aligned.sum())
+        m_indices = torch.full((m,), -1, dtype=torch.int32)
+        starts = torch.cumsum(aligned, 0) - aligned
+        for ex, (c, s) in enumerate(zip(counts.tolist(), starts.tolist(), strict=True)):
+            m_indices[s:s + c] = ex
+        m_indices = m_indices.cuda()
+        valid = m_indices >= 0
+    else:
+        offsets = routing.counts_to_offsets(counts.to(torch.int32)).cuda()
+        m = total + 200  # vLLM's over-allocated buffer
+        valid = torch.arange(m, device="cuda") < total
+    a = torch.full((m, k), float("nan"), device="cuda").to(torch.bfloat16)
+    a[valid] = torch.randn(int(valid.sum()), k, device="cuda").to(torch.bfloat16)
+    out = torch.full((m, n), POISON, dtype=torch.bfloat16, device="cuda")
+    if routing_name == "contiguous":
+        contiguous(a, packed, m_indices, out, validate=True)
+        experts = m_indices[valid].long()
+    else:
+        contiguous_offsets(a, packed, offsets, out, expected_m=total // e, validate=True)
+        experts = torch.repeat_interleave(torch.arange(e), counts).cuda()
+    torch.cuda.synchronize()
+    rows = valid.nonzero().flatten()
+    check(out[rows], ref_rows(a, codes, scale, rows, experts))
+    assert torch.isnan(out[~valid].float()).all(), "a row outside every expert was written"
+
+
+def test_misaligned_activations_are_a_clear_error():
+    """Every grouped kernel loads a's rows in 16-byte pieces (cp.async, the tile loop's TMA boxes):
+    a view that starts mid-row of a bf16 buffer is refused before anything launches."""
+    e, n, k = SHAPES["small"]
+    _, _, packed = weights(e, n, k, "contiguous")
+    counts = torch.full((e,), 200)
+    offsets = routing.counts_to_offsets(counts.to(torch.int32)).cuda()
+    base = torch.randn(1000 * k + 1, device="cuda").to(torch.bfloat16)
+    a = base[1:].view(1000, k)  # starts 2 bytes past an aligned address
+    out = torch.full((1000, n), POISON, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        contiguous_offsets(a, packed, offsets, out, expected_m=200)
+    torch.cuda.synchronize()
+    assert torch.isnan(out.float()).all()

@@ -277,6 +277,22 @@ def test_tile_loop_graph_replays_and_counters_left_zero(kernel_family):
     replay_with_routing_changed("ep8_down", 384, 128, 21, [(22, False), (23, True), (24, True)], counters_zero)
 
 
+def test_misaligned_activations_are_a_clear_error():
+    """The kernels load a's rows in 16-byte pieces: an a that starts 2 bytes past an aligned address
+    is refused before anything launches (not a misaligned-address fault on the device)."""
+    problem = make_problem("tp8_down", 8, seed=5)
+    m, k = problem.a.shape
+    base = torch.empty(m * k + 8, dtype=torch.bfloat16, device="cuda")
+    a = base[1:1 + m * k].view(m, k)
+    a.copy_(problem.a)
+    sorted_ids, expert_ids, ntp = align(problem, 16)
+    out = torch.full((m * problem.top_k, problem.packed.n), POISON, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        indexed(a, problem.packed, sorted_ids, expert_ids, ntp, problem.top_k, 16, out)
+    torch.cuda.synchronize()
+    assert torch.isnan(out.float()).all()
+
+
 def test_wrong_mode_is_an_error():
     problem = make_problem("tp8_down", 2, seed=1)
     codes, scale = layouts.unpack_w4a16(problem.packed.to("cpu"))

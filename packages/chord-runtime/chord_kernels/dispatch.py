@@ -232,6 +232,9 @@ class Launch:
     # weight box a stage of a BLOCK_K-128 weight (wgmma_block_pairs false).
     tensor_maps: bool = False
     stage_boxes: bool = False
+    # The kernel takes chord::MoeTmaActParams: after the weight's maps, a map of the call's
+    # activations whose box is this many rows (chord_kernels.tma.activation_map); 0: none.
+    act_map_rows: int = 0
     # A pair of tile loops (pair_with_tall_tile, TALL_TILE_ROWS): the other launch, this one's cost
     # a row tile and the other's (MoeParams::pick_*). Both run back to back; on the device each
     # counts the call's row tiles in both heights and only the cheaper does any work. This one
@@ -828,10 +831,22 @@ def grouped_wgmma(routing: str, wm: int, bn: int, stages: int, block_k: int, arc
         raise ValueError(f"split_k={split_k}: the K split is {SPLIT_K_CHOICES} CTAs of the one-CTA 4-warpgroup tile")
     targs = (("ROUTING", GROUPED_ROUTINGS[routing]), ("WM", wm), ("BN", bn), ("STAGES", stages),
              ("BLOCK_K", block_k), ("CWG", cwg))
-    if split_k > 1 or loop_targs(loop, cwg):  # template arguments are positional: SPLIT_K comes before LOOP
+    acts_by_map = cwg == 2 or loop  # the tile loop (GROUPED_TMA_ACTS)
+    if acts_by_map:  # template arguments are positional: SPLIT_K and LOOP come before TMA_ACTS
+        targs += (("SPLIT_K", 1), ("LOOP", 1), ("TMA_ACTS", 1))
+    elif split_k > 1 or loop_targs(loop, cwg):  # SPLIT_K comes before LOOP
         targs += (("SPLIT_K", split_k),) + loop_targs(loop, cwg)
-    return wgmma_launch("grouped_wgmma", "grouped/w4a16_grouped_mma.cuh", "chord::GroupedWgmma", targs, wm, bn,
-                        stages, arch, cwg, split_k, loop=loop)
+    launch = wgmma_launch("grouped_wgmma", "grouped/w4a16_grouped_mma.cuh", "chord::GroupedWgmma", targs, wm, bn,
+                          stages, arch, cwg, split_k, loop=loop)
+    if acts_by_map:
+        launch = replace(launch, spec=replace(launch.spec, params_type="chord::MoeTmaActParams"), act_map_rows=bn)
+    return launch
+
+
+# The grouped tile loop loads its activation rows by tensor map, one box a stage (the rows of a
+# grouped tile are contiguous in a): csrc/common/w4a16_wgmma_tiles.cuh TMA_ACTS. Measured before it
+# (ncu, EP8 T=8192 gate_up): the producer's 16-byte cp.async copies and their addresses were ~400 M
+# of the kernel's 1963 M instructions (benchmarks/results/ncu/2026-12-04_ep8_gate_up.md).
 
 
 def grouped_wgmma_streamk(routing: str, wm: int, bn: int, stages: int, block_k: int,

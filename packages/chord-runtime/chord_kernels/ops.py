@@ -86,6 +86,16 @@ def _check_operands(a_shape, a_stride, a_dtype, k: int, out_shape, out_stride, o
     _require(a_shape[-1] == k, f"a has K={a_shape[-1]}, the weight has K={k}")
     _require(out_dtype == torch.bfloat16 and out_stride[1] == 1, "out must be bfloat16 with unit stride along N")
     _require(out_shape[0] >= rows and out_shape[1] == n, f"out has shape {out_shape}, needs at least [{rows}, {n}]")
+    # The kernels load a's rows in 16-byte pieces (cp.async, TMA boxes); out may be any bf16 view.
+    _require(a_stride[-2] % 8 == 0, f"a's row stride ({a_stride[-2]} elements) must be a multiple of 8 (16 bytes)")
+
+
+def _require_aligned(a_ptr: int) -> None:
+    """Per call (an address is not part of a signature): a must start 16-byte aligned, or the
+    kernels' 16-byte loads fault on the device instead of raising here."""
+    if a_ptr % 16:
+        raise ValueError(f"a (at {a_ptr:#x}) must start 16-byte aligned: a view that starts mid-row is not "
+                         "supported (copy it)")
 
 
 MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (the kernels map row tiles to y)
@@ -239,7 +249,9 @@ def _indexed_cuda(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, b
         plan = _indexed_plans[key] = _indexed_plan(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k,
                                                    block_m, out, env.text(key[-2], "auto"), env.text(key[-1]))
     kernel, launch, grid, block, tail, device_index = plan
-    params = _PARAMS_POINTERS.pack(a.data_ptr(), qw.data_ptr(), packed.scale.data_ptr(), out.data_ptr(),
+    a_ptr, out_ptr = a.data_ptr(), out.data_ptr()
+    _require_aligned(a_ptr)
+    params = _PARAMS_POINTERS.pack(a_ptr, qw.data_ptr(), packed.scale.data_ptr(), out_ptr,
                                    sorted_ids.data_ptr(), expert_ids.data_ptr(), num_tokens_padded.data_ptr(),
                                    0, 0, 0) + tail
     if launch.tensor_maps:
@@ -373,21 +385,31 @@ def _grouped_cuda(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
     kernel, launch, grid, block, flat_copy, slot, tail, device_index, paired = plan
     if flat_copy:
         a = a.reshape(-1, a.shape[-1])
-    r = route.data_ptr()
-    pointers = _PARAMS_POINTERS.pack(a.data_ptr(), qw.data_ptr(), packed.scale.data_ptr(), out.data_ptr(), 0, 0, 0,
-                                     r if slot == 7 else 0, r if slot == 8 else 0, r if slot == 9 else 0,  # _ROUTE_SLOT
-                                     )
+    pointers = _grouped_pointers(a, packed, route, out, slot)
     stream = _current_stream(device_index)
-    params = pointers + tail
-    if launch.tensor_maps:
-        params += _tma_params_tail(packed, launch)
-    kernel.launch(grid, block, launch.smem_bytes, stream, params)
+    kernel.launch(grid, block, launch.smem_bytes, stream, pointers + tail + _maps_tail(packed, a, launch))
     if paired:  # the pair's second tile loop, on the same stream (graph-capturable): one of the two works
         other, kernel, grid, tail = paired
-        params = pointers + tail
-        if other.tensor_maps:
-            params += _tma_params_tail(packed, other)
-        kernel.launch(grid, (other.spec.threads, 1, 1), other.smem_bytes, stream, params)
+        kernel.launch(grid, (other.spec.threads, 1, 1), other.smem_bytes, stream,
+                      pointers + tail + _maps_tail(packed, a, other))
+
+
+def _grouped_pointers(a: torch.Tensor, packed: PackedW4A16, route: torch.Tensor, out: torch.Tensor,
+                      slot: int) -> bytes:
+    """MoeParams' pointers of a grouped launch: the routing tensor goes in its form's slot (_ROUTE_SLOT)."""
+    a_ptr, out_ptr, r = a.data_ptr(), out.data_ptr(), route.data_ptr()
+    _require_aligned(a_ptr)
+    return _PARAMS_POINTERS.pack(a_ptr, packed.qweight.data_ptr(), packed.scale.data_ptr(), out_ptr,
+                                 0, 0, 0, r if slot == 7 else 0, r if slot == 8 else 0, r if slot == 9 else 0)
+
+
+def _maps_tail(packed: PackedW4A16, a: torch.Tensor, launch: Launch) -> bytes:
+    """The tensor maps a grouped launch's parameters end with: none, the weight's
+    (MoeTmaParams), or those and the activations' (MoeTmaActParams, the tile loop)."""
+    if not launch.tensor_maps:
+        return b""
+    tail = _tma_params_tail(packed, launch)
+    return tail + tma.activation_map(a, launch.act_map_rows) if launch.act_map_rows else tail
 
 
 def _validating(validate: bool | None) -> bool:
@@ -428,7 +450,8 @@ def contiguous_offsets(a: torch.Tensor, packed: PackedW4A16, expert_offsets: tor
                        validate: bool | None = None) -> torch.Tensor:
     """Grouped GEMM, vLLM grouped_contiguous form: rows ``[expert_offsets[e], expert_offsets[e+1])``
     of ``a`` [M, K] belong to expert e, no alignment; ``expert_offsets`` int64 [E+1] on the device
-    (rows past ``expert_offsets[-1]`` are neither read nor written). ``expected_m`` (rows per
+    (rows past ``expert_offsets[-1]`` are never written; the prefill tile loop may read them, within
+    ``a``, as part of a tile's box, and never uses them). ``expected_m`` (rows per
     expert, a host hint like vLLM's valid_shape_m / E) only steers the launch."""
     _require_mode(packed, "contiguous")
     if a.is_cuda:  # the hot path: checks run once per signature, in the plan
@@ -459,7 +482,8 @@ def masked(a: torch.Tensor, packed: PackedW4A16, masked_m: torch.Tensor, expecte
     """Grouped GEMM, masked form: ``a`` [G*max_m, K] or [G, max_m, K]; ``masked_m`` int32 [G] is
     authoritative (rows ``i < masked_m[g]`` of group g are computed); ``expected_m`` (a positive
     int) only steers the launch. Returns the flat ``out`` [G*max_m, N]; rows past masked_m[g] are
-    unspecified (neither read nor written)."""
+    unspecified (never written; the prefill tile loop may read them, within ``a``, as part of a
+    tile's box, and never uses them)."""
     _require_mode(packed, "masked")
     _require(isinstance(expected_m, int) and expected_m > 0, f"expected_m must be a positive int, got {expected_m!r}")
     g = packed.num_experts

@@ -23,18 +23,26 @@ through the launcher) and happens once per (weight tensors, rows): :func:`tensor
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .int4 import GROUP_SIZE
 from .layouts import LANES, TILE, PackedW4A16
 
+if TYPE_CHECKING:
+    import torch
+
 STAGE_K = 64  # K columns a ring stage of the wgmma tile (dispatch.WGMMA_STAGE_K): a scale box's two groups
+ACT_ELEMENT_BYTES = 2  # bf16
 STAGE_WORDS = STAGE_K * TILE // 2 // LANES // 4  # 4: a lane's int32 words of one n-tile's stage (16 bytes)
 TMA_BLOCK_KS = (64, 128)  # the packed BLOCK_Ks a stage box reads (a lane's words a block: 16 or 32 bytes)
 MAX_BOX = 256  # elements a box dimension holds (the TMA unit's limit)
-# CUtensorMapDataType / CUtensorMapL2promotion values (cuda.h)
-DTYPE_UINT32, DTYPE_INT32 = 2, 3
+# CUtensorMapDataType / CUtensorMapSwizzle / CUtensorMapL2promotion values (cuda.h)
+DTYPE_UINT32, DTYPE_INT32, DTYPE_BFLOAT16 = 2, 3, 9
+SWIZZLE_NONE, SWIZZLE_128B = 0, 3
 L2_PROMOTION_256B = 3
+ELEMENT_BYTES = {DTYPE_UINT32: 4, DTYPE_INT32: 4, DTYPE_BFLOAT16: 2}
 
 
 @dataclass(frozen=True)
@@ -43,10 +51,11 @@ class MapGeometry:
     dims: tuple[int, ...]  # innermost first
     strides: tuple[int, ...]  # bytes, of dims 1..
     box: tuple[int, ...]
+    swizzle: int = SWIZZLE_NONE
 
     @property
     def box_bytes(self) -> int:
-        n = 4
+        n = ELEMENT_BYTES[self.dtype]
         for b in self.box:
             n *= b
         return n
@@ -133,4 +142,44 @@ def encode(geo: MapGeometry, address: int) -> bytes:
     from . import _launcher  # the extension only where a launch needs it
 
     return _launcher.encode_tensor_map(geo.dtype, address, list(geo.dims), list(geo.strides), list(geo.box),
-                                       L2_PROMOTION_256B)
+                                       L2_PROMOTION_256B, geo.swizzle)
+
+
+def activation_map_geometry(rows: int, k: int, lda: int, box_rows: int) -> MapGeometry:
+    """a [rows, K] bf16 with row stride ``lda`` (elements) as boxes of one 64-column stage of
+    ``box_rows`` rows, 128-byte swizzled: in shared memory the K-major layout the wgmma tile's
+    descriptors read (WgmmaTile::Smem::act, ``sw128_offset``). Rows past ``rows`` are zeros."""
+    if k % STAGE_K:
+        raise ValueError(f"K={k} must be a multiple of {STAGE_K} for activation boxes")
+    if (lda * ACT_ELEMENT_BYTES) % 16 or lda < k:
+        raise ValueError(f"a's row stride ({lda} elements) must be at least K={k} and a multiple of 8 elements "
+                         "(16 bytes) for the tile loop's activation boxes")
+    if box_rows % 8 or not 0 < box_rows <= MAX_BOX:
+        raise ValueError(f"an activation box covers 8-{MAX_BOX} rows in multiples of 8, got {box_rows}")
+    return MapGeometry(DTYPE_BFLOAT16, (k, rows), (lda * ACT_ELEMENT_BYTES,), (STAGE_K, box_rows), SWIZZLE_128B)
+
+
+_act_maps: OrderedDict[tuple, bytes] = OrderedDict()
+ACT_MAPS_KEPT = 64  # a call's map is its activations' address: vLLM reuses a few buffers
+
+
+def activation_map(a: torch.Tensor, box_rows: int) -> bytes:
+    """The map of the activations for boxes of ``box_rows`` rows (activation_map_geometry): ``a``
+    [rows, K], or [G, max_m, K] read as [G*max_m, K] (the masked form's 3-D input, which the host
+    passes only where it is a view of that), encoded once per (address, rows, K, row stride, box)
+    and kept for the last ACT_MAPS_KEPT."""
+    k = a.shape[-1]
+    rows = a.shape[0] if a.dim() == 2 else a.shape[0] * a.shape[1]
+    key = (a.data_ptr(), rows, k, a.stride(-2), box_rows)
+    maps = _act_maps.get(key)
+    if maps is not None:
+        _act_maps.move_to_end(key)
+        return maps
+    if a.data_ptr() % 16:
+        raise ValueError(f"a must start 16-byte aligned for the tile loop's activation boxes "
+                         f"(address {a.data_ptr():#x})")
+    maps = encode(activation_map_geometry(rows, k, a.stride(-2), box_rows), a.data_ptr())
+    _act_maps[key] = maps
+    if len(_act_maps) > ACT_MAPS_KEPT:
+        _act_maps.popitem(last=False)
+    return maps
