@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import torch
 
 from . import scenarios as S
-from .gpu_clocks import ClockSampler, open_nvml
+from .gpu_clocks import ClockSampler, open_nvml, settle
 
 GROUP = 32  # input channels per BF16 scale
 REL_ERR_TOL = 5e-3  # relative Frobenius error allowed on the routed rows
@@ -417,6 +417,7 @@ class Options:
     rep_ms: float = 50.0
     slow_ms: float = 250.0  # one call slower than this: record its single-call time, skip do_bench
     budget_s: float = 240.0  # wall time for the whole side; points past it are skipped
+    settle_s: float = 3.0  # longest wait before a point's timing for the power cap to clear (gpu_clocks.settle)
     seed: int = 0
     projections: tuple[str, ...] = S.PROJECTIONS
     device: str = "cuda"
@@ -468,6 +469,7 @@ def run_side(backend: Backend | list[Backend], opts: Options) -> Path:
                                          family=S.family_of(first.path),
                                          warmup_ms=opts.warmup_ms, flush=flush_mode(),
                                          rep_ms=opts.rep_ms, slow_ms=opts.slow_ms, budget_s=opts.budget_s,
+                                         settle_s=opts.settle_s,
                                          seed=opts.seed, levels=opts.levels, rel_err_tol=REL_ERR_TOL,
                                          gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                                          torch=torch.__version__, cuda=torch.version.cuda,
@@ -613,6 +615,9 @@ def _measure(backend, opts, handle, wp, ws, routing, point, proj, rec, device) -
             rec["us_single"] = single_ms * 1e3
             rec["status"] = "skipped (slow)"
         else:
+            waited = settle(_nvml(device), opts.settle_s)  # the same power state before every point
+            if waited is not None:
+                rec["settle_s"] = waited
             with ClockSampler(_nvml(device)) as clocks:
                 rec["us"] = bench_us(call.fn, opts.warmup_ms, opts.rep_ms)
             rec.update(clocks.summary())  # sm_mhz, sm_mhz_min, power_w, clock_events (benchmarks/gpu_clocks.py)
@@ -658,6 +663,9 @@ def add_bench_args(parser: argparse.ArgumentParser, default_out: str) -> None:
     parser.add_argument("--slow-ms", type=float, default=250.0,
                         help="a single call slower than this is recorded as 'skipped (slow)'")
     parser.add_argument("--budget-s", type=float, default=240.0, help="wall-time budget of this side")
+    parser.add_argument("--settle-s", type=float, default=3.0,
+                        help="before each point's timing, wait up to this long for NVML to stop reporting the "
+                             "clocks held down by power or heat (0: do not wait)")
     parser.add_argument("--seed", type=int, default=0, help="base seed of weights and activations")
     parser.add_argument("--levels", type=int, choices=(15, 16), default=16,
                         help="INT4 codes used: 16 (0..15) or 15 (1..15, Kimi-like, no -8)")
@@ -673,7 +681,8 @@ def options_from_args(args: argparse.Namespace) -> Options:
     points = S.grid(scenarios, quick=args.quick,
                     tokens=S.parse_list(args.tokens, int), dists=S.parse_list(args.dists))
     return Options(routing_dir=args.routing_dir, out=args.out, points=points, warmup_ms=args.warmup_ms,
-                   rep_ms=args.rep_ms, slow_ms=args.slow_ms, budget_s=args.budget_s, seed=args.seed,
+                   rep_ms=args.rep_ms, slow_ms=args.slow_ms, budget_s=args.budget_s, settle_s=args.settle_s,
+                   seed=args.seed,
                    projections=S.parse_list(args.projections) or S.PROJECTIONS, levels=args.levels,
                    family=family)
 

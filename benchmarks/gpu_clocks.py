@@ -11,10 +11,18 @@ side, a cool GPU) read 1980 MHz in every sample, so the SM clock alone may not s
 sampler also records the clock-event reasons NVML reports (power cap, thermal), OR-ed over the
 samples.
 
+The first full grouped grid with the sampler (df75b42) showed what the power state does to the
+points after a prefill: Chord's decode calls that followed its T=8192 calls ran at 1515-1900 MHz
+with the power cap reported, in 57 of 96 calls; Humming's at 1980 MHz in 90 of 96. :func:`settle`
+therefore waits, before each point's timing, until NVML no longer reports the clocks held down by
+power or heat (both sides alike), and the record keeps how long it waited.
+
 NVML comes from the driver (libnvidia-ml.so.1) through ctypes, so there is no package to install;
 where it cannot be loaded (the CPU machines), :class:`ClockSampler` records nothing and says so
-once. A background thread samples every ``period_s`` while the timed code runs; the power is the
-energy counter's difference over the wall time where the GPU has one, else the mean of the samples.
+once. A background thread samples every ``period_s`` while the timed code runs. The power is the
+mean of NVML's power readings; the energy counter's difference is used only over windows of
+ENERGY_MIN_S or more, because it advances in coarse steps (over do_bench's ~60 ms windows it read
+0 W and 946 W in the df75b42 run).
 """
 
 from __future__ import annotations
@@ -27,6 +35,11 @@ from typing import Any
 
 NVML_SUCCESS = 0
 NVML_CLOCK_SM = 1  # nvmlClockType_t
+# nvmlClocksEventReasons bits: the clocks held down by power (software cap, hardware brake) ...
+POWER_CAP_BITS = 0x4 | 0x80
+# ... or by heat or a hardware slowdown (0x8 hardware slowdown, 0x20 software thermal, 0x40 hardware thermal)
+HELD_DOWN_BITS = POWER_CAP_BITS | 0x8 | 0x20 | 0x40
+ENERGY_MIN_S = 1.0  # the shortest window whose power comes from the energy counter
 
 
 class Nvml:
@@ -143,10 +156,29 @@ class ClockSampler:
             return {}
         out = {"sm_mhz": round(sum(self.clocks) / len(self.clocks), 1), "sm_mhz_min": float(min(self.clocks))}
         wall = self._t1 - self._t0
-        if self._e0 is not None and self._e1 is not None and wall > 0 and self._e1 >= self._e0:
+        if self._e0 is not None and self._e1 is not None and wall >= ENERGY_MIN_S and self._e1 >= self._e0:
             out["power_w"] = round((self._e1 - self._e0) / 1e3 / wall, 1)
         else:
             out["power_w"] = round(sum(self.powers) / len(self.powers) / 1e3, 1)
         if self.events is not None:
             out["clock_events"] = self.events
         return out
+
+
+def settle(nvml: Nvml | None, timeout_s: float, period_s: float = 0.02, sleep=time.sleep,
+           clock=time.monotonic) -> float | None:
+    """Wait, with the GPU idle, until NVML stops reporting the clocks held down (HELD_DOWN_BITS),
+    at most ``timeout_s``: each point's timing then starts from the same power state whatever ran
+    before it. Returns the seconds waited (``timeout_s`` or more: it did not clear), or None
+    where there is no NVML, no clock-event reasons, or ``timeout_s`` is 0."""
+    if nvml is None or timeout_s <= 0:
+        return None
+    start = clock()
+    while True:
+        events = nvml.clock_events()
+        if events is None:
+            return None
+        waited = clock() - start
+        if not events & HELD_DOWN_BITS or waited >= timeout_s:
+            return round(waited, 3)
+        sleep(period_s)

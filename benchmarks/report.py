@@ -30,6 +30,7 @@ from typing import Any
 
 from . import floors as F
 from . import scenarios as S
+from .gpu_clocks import POWER_CAP_BITS
 
 BEGIN = "<!-- bench:begin -->"
 END = "<!-- bench:end -->"
@@ -243,7 +244,6 @@ def _side_records(row: dict, side: str) -> dict[str, dict]:
     return (row["sides"][side] or {}).get("records") or {}
 
 
-POWER_CAP_BITS = 0x4 | 0x80  # NVML clock-event reasons: software power cap, hardware power brake
 
 
 def _power_capped(rec: dict) -> bool:
@@ -319,9 +319,12 @@ def clock_summary(rows: list[dict]) -> str:
                 low = min(rec.get("sm_mhz_min", rec["sm_mhz"]) for rec in recs)
                 known = [rec for rec in recs if rec.get("clock_events") is not None]
                 capped = sum(1 for rec in known if _power_capped(rec))
+                waits = [rec["settle_s"] for rec in recs if rec.get("settle_s") is not None]
                 cells.append(f"{side.capitalize()} {mhz:.0f} MHz (lowest {low:.0f})"
                              + (f", {sum(watts) / len(watts):.0f} W" if watts else "")
-                             + (f", power cap in {capped} of {len(known)} calls" if known else ""))
+                             + (f", power cap in {capped} of {len(known)} calls" if known else "")
+                             + (f", waited {sum(waits):.1f} s before {sum(1 for w in waits if w > 0)} calls"
+                                if waits else ""))
         if cells:
             parts.append(f"{label}: " + "; ".join(cells))
     if not parts:
@@ -349,7 +352,9 @@ def run_facts(ceilings: dict, sides: dict[str, dict | None], run: dict[str, str]
         f"dense BF16 {ceilings['bf16_tflops']:.0f} TFLOP/s (8192³ torch.matmul)",
         f"- Timing: do_bench median, warmup {timing.get('warmup_ms', '?')} ms, rep {timing.get('rep_ms', '?')} ms, "
         f"L2 flush `{timing.get('flush', 'zero')}`; "
-        f"a call slower than {timing.get('slow_ms', '?')} ms is shown as (single-call time) and not do_bench'd",
+        f"a call slower than {timing.get('slow_ms', '?')} ms is shown as (single-call time) and not do_bench'd"
+        + (f"; before each point's timing the GPU idles up to {timing['settle_s']:g} s until NVML stops reporting "
+           "the clocks held down by power or heat" if timing.get("settle_s") else ""),
         f"- Weights: random INT4 codes, {timing.get('levels', 16)} levels "
         f"({'0..15' if timing.get('levels', 16) == 16 else '1..15, Kimi-like: no -8'}), BF16 group-32 scales; "
         f"seed {timing.get('seed', '?')}",

@@ -815,8 +815,10 @@ def test_clock_sampler_summary_and_without_nvml():
     assert set(out) == {"sm_mhz", "sm_mhz_min", "power_w", "clock_events"} and out["clock_events"] == 0x4
     assert out["sm_mhz_min"] == 1500.0 and 1500 <= out["sm_mhz"] <= 1700 and out["power_w"] == 400.0
     s = gpu_clocks.ClockSampler(Readings([1600], energy=10_000))
-    s._e0, s._e1, s._t0, s._t1, s.clocks, s.powers = 10_000, 60_000, 0.0, 0.1, [1600], [1]
-    assert s.summary() == {"sm_mhz": 1600.0, "sm_mhz_min": 1600.0, "power_w": 500.0}  # 50 J in 0.1 s
+    s._e0, s._e1, s._t0, s._t1, s.clocks, s.powers = 10_000, 610_000, 0.0, 1.2, [1600], [1]
+    assert s.summary() == {"sm_mhz": 1600.0, "sm_mhz_min": 1600.0, "power_w": 500.0}  # 600 J in 1.2 s
+    s._t1, s.powers = 0.06, [450_000, 470_000]  # a do_bench window: the counter's steps are too coarse
+    assert s.summary()["power_w"] == 460.0
     with gpu_clocks.ClockSampler(None) as s:
         pass
     assert s.summary() == {}
@@ -849,6 +851,47 @@ def test_report_shows_clocks_where_recorded():
             "Humming 1700 MHz (lowest 1650), 600 W, power cap in 0 of 2 calls") in text
     assert "T ≥ 512" not in text
     assert report.clock_summary(report.merge(CEILINGS, _sides())) == ""  # nothing recorded: no line
+
+
+def test_settle_waits_for_the_power_cap_to_clear():
+    """settle polls NVML's clock-event reasons with the GPU idle until no power or heat bit is
+    set (idle, 0x1, does not count), at most its timeout; nothing without NVML or reasons."""
+    from benchmarks import gpu_clocks
+
+    class Events:
+        def __init__(self, seq):
+            self.seq = list(seq)
+
+        def clock_events(self):
+            return self.seq.pop(0) if len(self.seq) > 1 else self.seq[0]
+
+    now = [0.0]
+
+    def sleep(s):
+        now[0] += s
+
+    def run(seq, timeout_s=3.0):
+        now[0] = 0.0
+        return gpu_clocks.settle(Events(seq), timeout_s, period_s=0.5, sleep=sleep, clock=lambda: now[0])
+
+    assert run([0x1]) == 0.0  # idle only: no wait
+    assert run([0x4 | 0x1, 0x4, 0x40, 0x1]) == 1.5  # power cap, then heat, then clear
+    assert run([0x80]) == 3.0  # never clears: the timeout
+    assert run([None]) is None and run([0x4], timeout_s=0) is None
+    assert gpu_clocks.settle(None, 3.0) is None
+
+
+def test_report_counts_the_settle_waits():
+    sides = _sides()
+    for rec in sides["chord"]["points"]:
+        rec.update(sm_mhz=1980.0, sm_mhz_min=1980.0, power_w=400.0, clock_events=0, settle_s=0.4)
+    sides["chord"]["points"][0]["settle_s"] = 0.0
+    sides["chord"]["meta"]["settle_s"] = 3.0
+    text = report.summarize(report.merge(CEILINGS, sides))
+    waited = 0.4 * (len(sides["chord"]["points"]) - 1)
+    assert f"waited {waited:.1f} s before {len(sides['chord']['points']) - 1} calls" in text
+    facts = "\n".join(report.run_facts(CEILINGS, sides, {}, "indexed"))
+    assert "idles up to 3 s until NVML stops reporting" in facts
 
 
 def test_clock_sampler_survives_an_nvml_error():

@@ -61,7 +61,7 @@ def test_grid_runs_the_tokens_asked_for_on_or_off_the_report_grid():
 def _args(**kw):
     base = dict(family="grouped", paths=None, scenarios=None, quick=True, tokens=None, dists=None,
                 routing_dir=Path("r"), out=Path("o.json"), warmup_ms=10.0, rep_ms=50.0, slow_ms=250.0,
-                budget_s=100.0, seed=0, projections=None, levels=16)
+                budget_s=100.0, settle_s=3.0, seed=0, projections=None, levels=16)
     base.update(kw)
     return argparse.Namespace(**base)
 
