@@ -449,6 +449,29 @@ def test_grouped_tile_loop_maps_the_activations(grouped_stub):
                           out, 140)
 
 
+def test_grouped_maps_are_encoded_once_per_address(grouped_stub, monkeypatch):
+    """A tile-loop plan keeps each (a, weight) address's parameter tail: a second call on the same
+    buffers encodes and looks up no map; a new a (or a new weight of the same shapes) gets its
+    own maps, and every call's parameters point at its own tensors."""
+    packed, _, _ = _grouped_problem("masked", n=256, k=1024)
+    a, a2 = (torch.randn(4 * 256, 1024).to(torch.bfloat16) for _ in range(2))
+    out = torch.empty(4 * 256, 256, dtype=torch.bfloat16)
+    counts = torch.tensor([200, 0, 256, 90], dtype=torch.int32)
+    encoded = []
+    real_map = tma.activation_map
+    monkeypatch.setattr(tma, "activation_map", lambda t, rows: encoded.append(t.data_ptr()) or real_map(t, rows))
+    other = layouts.pack_w4a16(*layouts.unpack_w4a16(packed), "masked")
+    for a_now, w_now in ((a, packed), (a, packed), (a2, packed), (a, packed), (a, other)):
+        ops._grouped_cuda("masked", a_now, w_now, counts, out, 140)
+        raw = grouped_stub["launches"][-1][4]
+        assert ops.MOE_PARAMS.unpack_from(raw)[:2] == (a_now.data_ptr(), w_now.qweight.data_ptr())
+        assert struct.unpack_from("@Q", raw, 192)[0] == w_now.qweight.data_ptr()  # the weight's map
+        assert struct.unpack_from("@Q", raw, 448)[0] == a_now.data_ptr()  # the activations' map
+    assert encoded == [a.data_ptr(), a2.data_ptr(), a.data_ptr()]  # the last: the other weight's tail
+    plan = next(iter(ops._grouped_plans.values()))
+    assert len(plan[-2]) == 3
+
+
 def test_misaligned_activations_raise_before_the_launch(grouped_stub):
     """a's start is checked per call (addresses are no part of a signature): 2 bytes off 16 is a
     clear error on both launch paths, and nothing launches."""

@@ -129,15 +129,14 @@ def test_tall_tile(skew, routing_name, tile_family, monkeypatch):
 
 
 def _launch_one_of_pair(bufs, plan, second):
-    """One kernel of a grouped pair (ops._grouped_cuda launches both), packed as the launch path does."""
+    """One kernel of a grouped pair (ops._grouped_cuda launches both), with the launch path's parameters."""
     from chord_kernels import ops
 
-    kernel, launch, grid, block, flat_copy, slot, tail, device_index, paired = plan
+    kernel, launch, grid, block, *_, device_index, _, paired = plan
+    params = ops._grouped_params(plan, bufs.a, bufs.packed, bufs.route, bufs.out)[int(second)]
     if second:
-        launch, kernel, grid, tail = paired
+        launch, kernel, grid, _ = paired
         block = (launch.spec.threads, 1, 1)
-    a = bufs.a.reshape(-1, bufs.a.shape[-1]) if flat_copy else bufs.a
-    params = ops._grouped_pointers(a, bufs.packed, bufs.route, bufs.out, slot) + tail + ops._maps_tail(bufs.packed, a, launch)
     kernel.launch(grid, block, launch.smem_bytes, ops._current_stream(device_index), params)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import struct
+from typing import NoReturn
 
 import torch
 
@@ -90,12 +91,11 @@ def _check_operands(a_shape, a_stride, a_dtype, k: int, out_shape, out_stride, o
     _require(a_stride[-2] % 8 == 0, f"a's row stride ({a_stride[-2]} elements) must be a multiple of 8 (16 bytes)")
 
 
-def _require_aligned(a_ptr: int) -> None:
-    """Per call (an address is not part of a signature): a must start 16-byte aligned, or the
-    kernels' 16-byte loads fault on the device instead of raising here."""
-    if a_ptr % 16:
-        raise ValueError(f"a (at {a_ptr:#x}) must start 16-byte aligned: a view that starts mid-row is not "
-                         "supported (copy it)")
+def _misaligned(a_ptr: int) -> NoReturn:
+    """Checked per call, where a_ptr % 16 (an address is not part of a signature): the kernels'
+    16-byte loads of a would fault on the device instead of raising here."""
+    raise ValueError(f"a (at {a_ptr:#x}) must start 16-byte aligned: a view that starts mid-row is not "
+                     "supported (copy it)")
 
 
 MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (the kernels map row tiles to y)
@@ -250,7 +250,8 @@ def _indexed_cuda(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, b
                                                    block_m, out, env.text(key[-2], "auto"), env.text(key[-1]))
     kernel, launch, grid, block, tail, device_index = plan
     a_ptr, out_ptr = a.data_ptr(), out.data_ptr()
-    _require_aligned(a_ptr)
+    if a_ptr % 16:
+        _misaligned(a_ptr)
     params = _PARAMS_POINTERS.pack(a_ptr, qw.data_ptr(), packed.scale.data_ptr(), out_ptr,
                                    sorted_ids.data_ptr(), expert_ids.data_ptr(), num_tokens_padded.data_ptr(),
                                    0, 0, 0) + tail
@@ -364,8 +365,11 @@ def _grouped_plan(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
                                               pick_other_cost=cost, pick_first=0)))
     else:
         kernel, grid, tail = prepare(launch, {})
+    # Launches with tensor maps: each launch's parameters after the pointers, by (a, qweight, scale)
+    # address (_grouped_params); the maps are encoded once per address, not looked up per call.
+    tails = {} if launch.tensor_maps else None
     return (kernel, launch, grid, (launch.spec.threads, 1, 1), flat_copy, _ROUTE_SLOT[routing_name], tail, device_index,
-            paired)
+            tails, paired)
 
 
 _grouped_plans: dict = {}
@@ -382,25 +386,42 @@ def _grouped_cuda(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
     if plan is None:
         plan = _grouped_plans[key] = _grouped_plan(routing_name, a, packed, route, out, expected_m,
                                                    env.text(key[-1], "auto"))
-    kernel, launch, grid, block, flat_copy, slot, tail, device_index, paired = plan
+    kernel, launch, grid, block, _, _, _, device_index, _, paired = plan
+    first, second = _grouped_params(plan, a, packed, route, out)
+    stream = _current_stream(device_index)
+    kernel.launch(grid, block, launch.smem_bytes, stream, first)
+    if paired:  # the pair's second tile loop, on the same stream (graph-capturable): one of the two works
+        other, kernel, grid, _ = paired
+        kernel.launch(grid, (other.spec.threads, 1, 1), other.smem_bytes, stream, second)
+
+
+TAILS_KEPT = 4096  # a plan's (a, weight) address pairs whose parameter tails it keeps (all, past it, are dropped)
+
+
+def _grouped_params(plan: tuple, a: torch.Tensor, packed: PackedW4A16, route: torch.Tensor,
+                    out: torch.Tensor) -> tuple[bytes, bytes | None]:
+    """A grouped call's parameters: its launch's, and the pair's second launch's (else None).
+    Per call only pointers are packed; with tensor maps the rest (the ints, then the weight's and
+    the activations' maps) is looked up by the addresses it encodes (a tensor map is a function of
+    its address and the plan's shapes), so the maps are encoded once, not looked up per call."""
+    _, launch, _, _, flat_copy, slot, tail, _, tails_by_address, paired = plan
     if flat_copy:
         a = a.reshape(-1, a.shape[-1])
-    pointers = _grouped_pointers(a, packed, route, out, slot)
-    stream = _current_stream(device_index)
-    kernel.launch(grid, block, launch.smem_bytes, stream, pointers + tail + _maps_tail(packed, a, launch))
-    if paired:  # the pair's second tile loop, on the same stream (graph-capturable): one of the two works
-        other, kernel, grid, tail = paired
-        kernel.launch(grid, (other.spec.threads, 1, 1), other.smem_bytes, stream,
-                      pointers + tail + _maps_tail(packed, a, other))
-
-
-def _grouped_pointers(a: torch.Tensor, packed: PackedW4A16, route: torch.Tensor, out: torch.Tensor,
-                      slot: int) -> bytes:
-    """MoeParams' pointers of a grouped launch: the routing tensor goes in its form's slot (_ROUTE_SLOT)."""
-    a_ptr, out_ptr, r = a.data_ptr(), out.data_ptr(), route.data_ptr()
-    _require_aligned(a_ptr)
-    return _PARAMS_POINTERS.pack(a_ptr, packed.qweight.data_ptr(), packed.scale.data_ptr(), out_ptr,
-                                 0, 0, 0, r if slot == 7 else 0, r if slot == 8 else 0, r if slot == 9 else 0)
+    a_ptr, qw_ptr, scale_ptr, r = a.data_ptr(), packed.qweight.data_ptr(), packed.scale.data_ptr(), route.data_ptr()
+    if a_ptr % 16:
+        _misaligned(a_ptr)
+    pointers = _PARAMS_POINTERS.pack(a_ptr, qw_ptr, scale_ptr, out.data_ptr(), 0, 0, 0,
+                                     r if slot == 7 else 0, r if slot == 8 else 0, r if slot == 9 else 0)  # _ROUTE_SLOT
+    if tails_by_address is None:
+        return pointers + tail, None
+    key = (a_ptr, qw_ptr, scale_ptr)
+    tails = tails_by_address.get(key)
+    if tails is None:
+        if len(tails_by_address) >= TAILS_KEPT:
+            tails_by_address.clear()
+        tails = tails_by_address[key] = (tail + _maps_tail(packed, a, launch),
+                                         paired[3] + _maps_tail(packed, a, paired[0]) if paired else b"")
+    return pointers + tails[0], (pointers + tails[1] if paired else None)
 
 
 def _maps_tail(packed: PackedW4A16, a: torch.Tensor, launch: Launch) -> bytes:
