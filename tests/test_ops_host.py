@@ -37,8 +37,9 @@ def _problem(e=4, n=64, k=256, tokens=3, top_k=2, block_m=8):
 
 def test_indexed_plan_values(stub_device):
     a, packed, sorted_ids, expert_ids, ntp, out = _problem()
-    kernel, launch, grid, block, tail, device = ops._indexed_plan(a, packed, sorted_ids, expert_ids, ntp, 2, 8, out,
-                                                                  "mma", "")
+    kernel, launch, grid, block, tail, device, tails = ops._indexed_plan(a, packed, sorted_ids, expert_ids, ntp, 2, 8,
+                                                                         out, "mma", "")
+    assert tails is None  # no tensor maps: the tail alone, the same every call
     lda, ldc, *rest = ops._PARAMS_TAIL.unpack(tail)  # the signature's part of MoeParams, packed once
     ints, scratch = rest[:14], tuple(rest[14:])
     assert (lda, ldc) == (a.stride(0), out.stride(0))
@@ -170,6 +171,13 @@ def test_tma_launches_append_the_weights_tensor_maps(stub_device, monkeypatch, f
     assert struct.unpack_from("@2Q", raw, 192) == (packed.qweight.data_ptr(), 32 * rows)  # the stub map's record
     assert struct.unpack_from("@2Q", raw, 320) == (packed.scale.data_ptr(), 4 * rows)
     assert encoded == [tma.weight_map_geometry(4, 512, 256, rows), tma.scale_map_geometry(4, 512, 256, rows)]
+    # Another weight of the same shapes (another layer) shares the plan, not the maps.
+    other = layouts.pack_w4a16(*layouts.unpack_w4a16(packed), "indexed")
+    for weight in (other, packed, other):
+        ops._indexed_cuda(a, weight, sorted_ids, expert_ids, ntp, 2, 64, out)
+        assert struct.unpack_from("@Q", launches[-1], 192)[0] == weight.qweight.data_ptr()
+        assert struct.unpack_from("@Q", launches[-1], 320)[0] == weight.scale.data_ptr()
+    assert len(encoded) == 4 and len(ops._indexed_plans) == 1
     ops._indexed_plans.clear()
 
 

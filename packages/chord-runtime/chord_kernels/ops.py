@@ -200,7 +200,9 @@ def _indexed_plan(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, b
     ints = dict(num_routes=m * top_k, n=n, k=k, top_k=top_k, num_experts=problem.num_experts, block_m=block_m,
                 num_blocks=num_blocks, ctas_per_block=launch.ctas_per_block(problem), sorted_len=sorted_len)
     tail = _PARAMS_TAIL.pack(a.stride(0), out.stride(0), *(ints.get(name, 0) for name in _INTS), *scratch)
-    return kernel, launch, grid, (launch.spec.threads, 1, 1), tail, _device_index(a.device)
+    # With tensor maps: the tail and the weight's maps by (qweight, scale) address (as _grouped_params).
+    return kernel, launch, grid, (launch.spec.threads, 1, 1), tail, _device_index(a.device), \
+        {} if launch.tensor_maps else None
 
 
 _indexed_plans: dict = {}
@@ -248,16 +250,29 @@ def _indexed_cuda(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, b
     if plan is None:
         plan = _indexed_plans[key] = _indexed_plan(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k,
                                                    block_m, out, env.text(key[-2], "auto"), env.text(key[-1]))
-    kernel, launch, grid, block, tail, device_index = plan
-    a_ptr, out_ptr = a.data_ptr(), out.data_ptr()
+    kernel, launch, grid, block, tail, device_index, tails_by_weight = plan
+    a_ptr, qw_ptr, scale_ptr = a.data_ptr(), qw.data_ptr(), packed.scale.data_ptr()
     if a_ptr % 16:
         _misaligned(a_ptr)
-    params = _PARAMS_POINTERS.pack(a_ptr, qw.data_ptr(), packed.scale.data_ptr(), out_ptr,
-                                   sorted_ids.data_ptr(), expert_ids.data_ptr(), num_tokens_padded.data_ptr(),
-                                   0, 0, 0) + tail
-    if launch.tensor_maps:
-        params += _tma_params_tail(packed, launch)
+    params = _PARAMS_POINTERS.pack(a_ptr, qw_ptr, scale_ptr, out.data_ptr(), sorted_ids.data_ptr(),
+                                   expert_ids.data_ptr(), num_tokens_padded.data_ptr(), 0, 0, 0)
+    if tails_by_weight is None:
+        params += tail
+    else:
+        key = (qw_ptr, scale_ptr)
+        params += tails_by_weight.get(key) or _remember(tails_by_weight, key, lambda: tail + _tma_params_tail(packed, launch))
     kernel.launch(grid, block, launch.smem_bytes, _current_stream(device_index), params)
+
+
+TAILS_KEPT = 4096  # a plan's address keys whose parameter tails it keeps (all, past it, are dropped)
+
+
+def _remember(tails: dict, key: tuple, make):
+    """A plan's parameters after the pointers for a new address key (make() builds them)."""
+    if len(tails) >= TAILS_KEPT:
+        tails.clear()
+    value = tails[key] = make()
+    return value
 
 
 # torch's raw current-stream query (what Triton launches on) costs ~0.2 µs; the public
@@ -395,9 +410,6 @@ def _grouped_cuda(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
         kernel.launch(grid, (other.spec.threads, 1, 1), other.smem_bytes, stream, second)
 
 
-TAILS_KEPT = 4096  # a plan's (a, weight) address pairs whose parameter tails it keeps (all, past it, are dropped)
-
-
 def _grouped_params(plan: tuple, a: torch.Tensor, packed: PackedW4A16, route: torch.Tensor,
                     out: torch.Tensor) -> tuple[bytes, bytes | None]:
     """A grouped call's parameters: its launch's, and the pair's second launch's (else None).
@@ -415,12 +427,9 @@ def _grouped_params(plan: tuple, a: torch.Tensor, packed: PackedW4A16, route: to
     if tails_by_address is None:
         return pointers + tail, None
     key = (a_ptr, qw_ptr, scale_ptr)
-    tails = tails_by_address.get(key)
-    if tails is None:
-        if len(tails_by_address) >= TAILS_KEPT:
-            tails_by_address.clear()
-        tails = tails_by_address[key] = (tail + _maps_tail(packed, a, launch),
-                                         paired[3] + _maps_tail(packed, a, paired[0]) if paired else b"")
+    tails = tails_by_address.get(key) or _remember(
+        tails_by_address, key, lambda: (tail + _maps_tail(packed, a, launch),
+                                        paired[3] + _maps_tail(packed, a, paired[0]) if paired else b""))
     return pointers + tails[0], (pointers + tails[1] if paired else None)
 
 
