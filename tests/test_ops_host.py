@@ -20,7 +20,6 @@ def stub_device(monkeypatch):
     # tensor maps need the driver: a stub "map" records the address and box bytes it was made for
     monkeypatch.setattr(tma, "encode", lambda geo, address: struct.pack("@2Q", address, geo.box_bytes).ljust(128, b"\0"))
     monkeypatch.setattr(tma, "_maps", {})
-    monkeypatch.setattr(tma, "_act_maps", tma.OrderedDict())
     return loaded
 
 
@@ -450,7 +449,6 @@ def test_grouped_tile_loop_maps_the_activations(grouped_stub):
     assert launch.tile_loop and launch.act_map_rows == launch.rows_per_cta
     raw = grouped_stub["launches"][-1][4]
     assert len(raw) == 576 and struct.unpack_from("@2Q", raw, 448) == (a3.data_ptr(), 64 * launch.rows_per_cta * 2)
-    assert list(tma._act_maps) == [(a3.data_ptr(), 4 * 256, 1024, 1024, launch.rows_per_cta)]
     with pytest.raises(ValueError, match="16-byte aligned"):
         flat = torch.randn(4 * 256 * 1024 + 1).to(torch.bfloat16)
         ops._grouped_cuda("masked", flat[1:].view(4, 256, 1024), packed, torch.tensor([1, 2, 3, 4], dtype=torch.int32),

@@ -186,23 +186,16 @@ def test_activation_map_geometry():
             tma.activation_map_geometry(**kwargs)
 
 
-def test_activation_maps_encoded_once_per_buffer(monkeypatch):
-    """The map is a's address: encoded once per (address, shape, stride, box) and kept for the
-    last ACT_MAPS_KEPT; a misaligned a is a clear error before anything is encoded."""
+def test_activation_map_encodes_a_as_2d(monkeypatch):
+    """The map is a's address and shape as [rows, K] (a masked 3-D view as [G*max_m, K]); a
+    misaligned a is a clear error before anything is encoded. (The plans keep maps by address.)"""
     encoded = []
     monkeypatch.setattr(tma, "encode", lambda geo, address: encoded.append((geo, address)) or bytes(128))
-    monkeypatch.setattr(tma, "_act_maps", tma.OrderedDict())
     a = torch.zeros(64, 128, dtype=torch.bfloat16)
-    for _ in range(3):
-        assert tma.activation_map(a, 32) == bytes(128)
-    assert len(encoded) == 1 and encoded[0][1] == a.data_ptr() and encoded[0][0].dims == (128, 64)
-    tma.activation_map(a, 64)  # another box: another map
-    assert len(encoded) == 2
+    assert tma.activation_map(a, 32) == bytes(128)
+    assert encoded[0][1] == a.data_ptr() and encoded[0][0].dims == (128, 64) and encoded[0][0].box == (64, 32)
     tma.activation_map(a.view(4, 16, 128), 32)  # the masked form's 3-D view: [G*max_m, K]
     assert encoded[-1][0].dims == (128, 64) and encoded[-1][0].strides == (256,)
     with pytest.raises(ValueError, match="16-byte aligned"):
         tma.activation_map(a.view(-1)[1:129].view(1, 128), 8)
-    bufs = [torch.zeros(8, 64, dtype=torch.bfloat16) for _ in range(tma.ACT_MAPS_KEPT + 1)]
-    for b in bufs:
-        tma.activation_map(b, 8)
-    assert len(tma._act_maps) == tma.ACT_MAPS_KEPT
+    assert len(encoded) == 2

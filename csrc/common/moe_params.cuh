@@ -74,7 +74,7 @@ static_assert(offsetof(MoeTmaParams, weight_map) == 192 && offsetof(MoeTmaParams
 
 // The grouped tile loop's parameters (WgmmaTiles with TMA_ACTS): MoeTmaParams, then a map of the
 // activations a [rows, K] (bf16, 128-byte swizzle), whose box is one 64-column stage of the tile's
-// BN rows (chord_kernels.tma.activation_map_geometry). Encoded per call (a's address).
+// BN rows (chord_kernels.tma.activation_map_geometry). Encoded once per a's address by the host's plan.
 struct MoeTmaActParams {
   MoeTmaParams tma;
   TensorMap act_map;

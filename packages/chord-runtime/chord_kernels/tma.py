@@ -23,7 +23,6 @@ through the launcher) and happens once per (weight tensors, rows): :func:`tensor
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -159,27 +158,13 @@ def activation_map_geometry(rows: int, k: int, lda: int, box_rows: int) -> MapGe
     return MapGeometry(DTYPE_BFLOAT16, (k, rows), (lda * ACT_ELEMENT_BYTES,), (STAGE_K, box_rows), SWIZZLE_128B)
 
 
-_act_maps: OrderedDict[tuple, bytes] = OrderedDict()
-ACT_MAPS_KEPT = 64  # a call's map is its activations' address: vLLM reuses a few buffers
-
-
 def activation_map(a: torch.Tensor, box_rows: int) -> bytes:
     """The map of the activations for boxes of ``box_rows`` rows (activation_map_geometry): ``a``
     [rows, K], or [G, max_m, K] read as [G*max_m, K] (the masked form's 3-D input, which the host
-    passes only where it is a view of that), encoded once per (address, rows, K, row stride, box)
-    and kept for the last ACT_MAPS_KEPT."""
-    k = a.shape[-1]
-    rows = a.shape[0] if a.dim() == 2 else a.shape[0] * a.shape[1]
-    key = (a.data_ptr(), rows, k, a.stride(-2), box_rows)
-    maps = _act_maps.get(key)
-    if maps is not None:
-        _act_maps.move_to_end(key)
-        return maps
+    passes only where it is a view of that). Encoded on every call: the launch plans keep the
+    result by address (chord_kernels.ops._grouped_params)."""
     if a.data_ptr() % 16:
         raise ValueError(f"a must start 16-byte aligned for the tile loop's activation boxes "
                          f"(address {a.data_ptr():#x})")
-    maps = encode(activation_map_geometry(rows, k, a.stride(-2), box_rows), a.data_ptr())
-    _act_maps[key] = maps
-    if len(_act_maps) > ACT_MAPS_KEPT:
-        _act_maps.popitem(last=False)
-    return maps
+    rows = a.shape[0] if a.dim() == 2 else a.shape[0] * a.shape[1]
+    return encode(activation_map_geometry(rows, a.shape[-1], a.stride(-2), box_rows), a.data_ptr())
