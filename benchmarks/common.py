@@ -537,7 +537,7 @@ def _run_group(backend, opts, results, scenario, proj, pts, make_deadline, devic
         prep_error = _short_error(exc)
         traceback.print_exc()
     deadline = make_deadline()
-    for point in pts:
+    for pi, point in enumerate(pts):
         rmeta = None
         try:
             routing = load_routing(opts.routing_dir, point)
@@ -557,7 +557,10 @@ def _run_group(backend, opts, results, scenario, proj, pts, make_deadline, devic
         elif over_budget or time.monotonic() > deadline:
             rec.update(status="skipped (budget)")
         else:
-            _measure(backend, opts, handle, wp, ws, routing, point, proj, rec, device)
+            # The wait for the power cap (gpu_clocks.settle) takes at most half of this point's share
+            # of the group's time left: a GPU that stays capped costs waits, never skipped points.
+            settle_s = min(opts.settle_s, max(0.0, deadline - time.monotonic()) / (2 * (len(pts) - pi)))
+            _measure(backend, opts, handle, wp, ws, routing, point, proj, rec, device, settle_s)
         results.add(rec)
         _log(side, rec)
     del handle, wp, ws
@@ -589,7 +592,7 @@ def _prepare_grouped(backend, opts, handle, routing, point, proj, rec, device):
     return a, call, rows.to(device), experts.to(device), 1
 
 
-def _measure(backend, opts, handle, wp, ws, routing, point, proj, rec, device) -> None:
+def _measure(backend, opts, handle, wp, ws, routing, point, proj, rec, device, settle_s: float = 0.0) -> None:
     call = a = None
     try:
         prepare = _prepare_grouped if S.family_of(backend.path) == "grouped" else _prepare_indexed
@@ -615,7 +618,7 @@ def _measure(backend, opts, handle, wp, ws, routing, point, proj, rec, device) -
             rec["us_single"] = single_ms * 1e3
             rec["status"] = "skipped (slow)"
         else:
-            waited = settle(_nvml(device), opts.settle_s)  # the same power state before every point
+            waited = settle(_nvml(device), settle_s)  # the same power state before every point
             if waited is not None:
                 rec["settle_s"] = waited
             with ClockSampler(_nvml(device)) as clocks:

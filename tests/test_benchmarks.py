@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `benchmarks` is a top-level folder of the repo, not installed
     sys.path.insert(0, str(REPO))
 
-from benchmarks import common, floors, make_routing, report  # noqa: E402
+from benchmarks import common, floors, gpu_clocks, make_routing, report  # noqa: E402
 from benchmarks import scenarios as S  # noqa: E402
 from benchmarks.bench_humming import block_size_from_table, format_kernel_config  # noqa: E402
 
@@ -399,6 +399,23 @@ def test_slow_and_budget_skips(tiny):
     assert all(r["status"] == "skipped (slow)" and r["us"] is None and r["us_single"] == 1e6 for r in pts)
     pts = _run(_LazyBackend(), tiny, "budget", budget_s=0.0)["points"]
     assert all(r["status"] == "skipped (budget)" and r["us"] is None for r in pts)
+
+
+def test_settle_waits_fit_the_budget(tiny, monkeypatch):
+    """Each point's wait for the power cap is at most --settle-s and at most half its share of the
+    group's time left, so a GPU that stays capped costs waits, never skipped points; the wait is
+    recorded with the point."""
+    limits = []
+    monkeypatch.setattr(common, "_nvml", lambda device: object())
+    monkeypatch.setattr(common, "ClockSampler", lambda nvml: gpu_clocks.ClockSampler(None))
+    monkeypatch.setattr(common, "settle", lambda nvml, timeout_s: limits.append(timeout_s) or 0.25)
+    pts = _run(_LazyBackend(), tiny, "settle", settle_s=3.0, budget_s=2.0)["points"]
+    assert limits and all(0.0 <= t <= min(3.0, 2.0 / 2) for t in limits)
+    timed = [r for r in pts if r["status"] == "ok"]
+    assert len(timed) == len(limits) and all(r["settle_s"] == 0.25 for r in timed)
+    limits.clear()
+    _run(_LazyBackend(), tiny, "settle_fast", settle_s=0.1, budget_s=1000.0)
+    assert limits and all(t == 0.1 for t in limits)
 
 
 def test_errors_are_recorded_not_raised(tiny):
