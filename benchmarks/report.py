@@ -244,8 +244,6 @@ def _side_records(row: dict, side: str) -> dict[str, dict]:
     return (row["sides"][side] or {}).get("records") or {}
 
 
-
-
 def _power_capped(rec: dict) -> bool:
     return bool((rec.get("clock_events") or 0) & POWER_CAP_BITS)
 

@@ -826,12 +826,15 @@ def grouped_wgmma(routing: str, wm: int, bn: int, stages: int, block_k: int, arc
                   cwg: int = 2, split_k: int = 1, loop: bool = False) -> Launch:
     """Grouped routing on the wgmma tile (the indexed family's tile, same launch shape); the
     4-warpgroup tile one CTA a tile (optionally split over K by a cluster of ``split_k`` CTAs)
-    or, with ``loop``, on the tile loop."""
+    or, with ``loop``, on the tile loop. Every tile loop loads its activation rows by tensor map,
+    one box a stage (the rows of a grouped tile are contiguous in a; WgmmaTiles TMA_ACTS): its
+    producer's 16-byte cp.async copies were ~400 M of 1963 M instructions at EP8 T=8192 gate_up;
+    the boxes measured -0.9 to -5.2 % at prefill (grouped-kernels.md v35)."""
     if split_k != 1 and (cwg != 4 or loop or split_k not in SPLIT_K_CHOICES):
         raise ValueError(f"split_k={split_k}: the K split is {SPLIT_K_CHOICES} CTAs of the one-CTA 4-warpgroup tile")
     targs = (("ROUTING", GROUPED_ROUTINGS[routing]), ("WM", wm), ("BN", bn), ("STAGES", stages),
              ("BLOCK_K", block_k), ("CWG", cwg))
-    acts_by_map = cwg == 2 or loop  # the tile loop (GROUPED_TMA_ACTS)
+    acts_by_map = cwg == 2 or loop  # the tile loop
     if acts_by_map:  # template arguments are positional: SPLIT_K and LOOP come before TMA_ACTS
         targs += (("SPLIT_K", 1), ("LOOP", 1), ("TMA_ACTS", 1))
     elif split_k > 1 or loop_targs(loop, cwg):  # SPLIT_K comes before LOOP
@@ -841,12 +844,6 @@ def grouped_wgmma(routing: str, wm: int, bn: int, stages: int, block_k: int, arc
     if acts_by_map:
         launch = replace(launch, spec=replace(launch.spec, params_type="chord::MoeTmaActParams"), act_map_rows=bn)
     return launch
-
-
-# The grouped tile loop loads its activation rows by tensor map, one box a stage (the rows of a
-# grouped tile are contiguous in a): csrc/common/w4a16_wgmma_tiles.cuh TMA_ACTS. Measured before it
-# (ncu, EP8 T=8192 gate_up): the producer's 16-byte cp.async copies and their addresses were ~400 M
-# of the kernel's 1963 M instructions (benchmarks/results/ncu/2026-12-04_ep8_gate_up.md).
 
 
 def grouped_wgmma_streamk(routing: str, wm: int, bn: int, stages: int, block_k: int,

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     import torch
 
 STAGE_K = 64  # K columns a ring stage of the wgmma tile (dispatch.WGMMA_STAGE_K): a scale box's two groups
-ACT_ELEMENT_BYTES = 2  # bf16
 STAGE_WORDS = STAGE_K * TILE // 2 // LANES // 4  # 4: a lane's int32 words of one n-tile's stage (16 bytes)
 TMA_BLOCK_KS = (64, 128)  # the packed BLOCK_Ks a stage box reads (a lane's words a block: 16 or 32 bytes)
 MAX_BOX = 256  # elements a box dimension holds (the TMA unit's limit)
@@ -150,19 +149,20 @@ def activation_map_geometry(rows: int, k: int, lda: int, box_rows: int) -> MapGe
     descriptors read (WgmmaTile::Smem::act, ``sw128_offset``). Rows past ``rows`` are zeros."""
     if k % STAGE_K:
         raise ValueError(f"K={k} must be a multiple of {STAGE_K} for activation boxes")
-    if (lda * ACT_ELEMENT_BYTES) % 16 or lda < k:
+    if (lda * ELEMENT_BYTES[DTYPE_BFLOAT16]) % 16 or lda < k:
         raise ValueError(f"a's row stride ({lda} elements) must be at least K={k} and a multiple of 8 elements "
                          "(16 bytes) for the tile loop's activation boxes")
     if box_rows % 8 or not 0 < box_rows <= MAX_BOX:
         raise ValueError(f"an activation box covers 8-{MAX_BOX} rows in multiples of 8, got {box_rows}")
-    return MapGeometry(DTYPE_BFLOAT16, (k, rows), (lda * ACT_ELEMENT_BYTES,), (STAGE_K, box_rows), SWIZZLE_128B)
+    return MapGeometry(DTYPE_BFLOAT16, (k, rows), (lda * ELEMENT_BYTES[DTYPE_BFLOAT16],), (STAGE_K, box_rows),
+                       SWIZZLE_128B)
 
 
 def activation_map(a: torch.Tensor, box_rows: int) -> bytes:
     """The map of the activations for boxes of ``box_rows`` rows (activation_map_geometry): ``a``
     [rows, K], or [G, max_m, K] read as [G*max_m, K] (the masked form's 3-D input, which the host
-    passes only where it is a view of that). Encoded on every call: the launch plans keep the
-    result by address (chord_kernels.ops._grouped_params)."""
+    passes only where it is a view of that). Encoded anew each time (no cache here): the launch
+    plans keep the result by address (chord_kernels.ops._grouped_params)."""
     if a.data_ptr() % 16:
         raise ValueError(f"a must start 16-byte aligned for the tile loop's activation boxes "
                          f"(address {a.data_ptr():#x})")
