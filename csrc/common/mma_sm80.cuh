@@ -27,6 +27,31 @@ __device__ __forceinline__ void mma_m16n8k16_bf16_zero_c(float (&d)[4], const ui
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
 }
 
+// D = A(16x16, row) * B(16x8, col) + C, BF16 inputs, FP32 (C kept: D and C are separate registers).
+__device__ __forceinline__ void mma_m16n8k16_bf16_from(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                       uint32_t b1, const float (&c)[4]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+
+// D = A(16x16) * B(16x32 as two k16 halves: b0, b1 then b2, b3) for A all `a_pair` (one BF16x2
+// value in every register): a constant A times the activations, the same in every row of D. The
+// constant lives in a register of this asm only (a 4-register A operand held across the caller's
+// loop cost a kernel near its register cap a spill).
+template <uint32_t A_PAIR>
+__device__ __forceinline__ void mma_m16n8k32_bf16_const_a(float (&d)[4], uint32_t b0, uint32_t b1, uint32_t b2,
+                                                          uint32_t b3) {
+  asm volatile(
+      "{\n.reg .b32 c;\n.reg .f32 z;\nmov.b32 c, %8;\nmov.f32 z, 0f00000000;\n"
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {c,c,c,c}, {%4,%5}, {z,z,z,z};\n"
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {c,c,c,c}, {%6,%7}, {%0,%1,%2,%3};\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(b0), "r"(b1), "r"(b2), "r"(b3), "n"(A_PAIR));
+}
+
 // Four 8x8 b16 matrices from shared memory: lane i supplies the row address of matrix i / 8 and
 // receives, of each matrix, row (lane / 4) elements 2*(lane % 4) and +1 (the mma B/A layout).
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {

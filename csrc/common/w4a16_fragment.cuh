@@ -88,15 +88,26 @@ __device__ __forceinline__ uint32_t nibbles_to_bf16x2(uint32_t w) {
   return d;
 }
 
-// One fragment word -> the four BF16x2 A registers of mma.m16n8k16 holding u - 8, unscaled.
+// One fragment word -> the four BF16x2 A registers of mma.m16n8k16 holding 128 + u (exact):
 // (w >> 4r) & 0x000F000F holds nibbles r and r+4 = register a_r's pair; OR-ing 0x4300 makes
-// BF16 128+u exactly, subtracting 136 gives u-8 exactly. a0/a2 are row g, a1/a3 row g+8.
+// BF16 128+u. a0/a2 are row g, a1/a3 row g+8. Callers remove the 136 (128 + the zero point 8)
+// by a subtraction (centered_fragment) or in the accumulator (kOffsetBiasBf16x2).
+__device__ __forceinline__ void offset_fragment(uint32_t word, uint32_t (&a)[4]) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r) a[r] = nibbles_to_bf16x2(word >> (4 * r));
+}
+
+// BF16x2 (-136, -136): an A fragment of it times the activations gives -136 x their K sums, the
+// same in every weight row, which turns the products of 128 + u into those of u - 8.
+constexpr uint32_t kOffsetBiasBf16x2 = 0xC308C308u;
+
+// One fragment word -> the four BF16x2 A registers holding u - 8 (exact), unscaled.
 __device__ __forceinline__ void centered_fragment(uint32_t word, uint32_t (&a)[4]) {
   const __nv_bfloat162 bias = __floats2bfloat162_rn(136.f, 136.f);
+  offset_fragment(word, a);
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
-    uint32_t bits = nibbles_to_bf16x2(word >> (4 * r));
-    const __nv_bfloat162 v = __hsub2(*reinterpret_cast<__nv_bfloat162*>(&bits), bias);
+    const __nv_bfloat162 v = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&a[r]), bias);
     a[r] = *reinterpret_cast<const uint32_t*>(&v);
   }
 }

@@ -9,7 +9,8 @@
 // in shared memory, STAGES-1 stages ahead of the MMAs; several CTAs per SM keep enough bytes in
 // flight to cover HBM latency. Dequant: lop3 to BF16 128+u, subtract 136, multiply by the group
 // scale (bit-identical to the reference's bf16((u-8)*s)); with one token tile (decode) the scale
-// multiplies the FP32 products instead (kScaleProducts).
+// multiplies the FP32 products instead (kScaleProducts), which on 4 tiles a warp also absorb the
+// 136 (kOffsetCodes).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -139,6 +140,15 @@ struct MmaTile {
   // Numerics: the scale is applied once in FP32 to the exact code products (the reference rounds
   // each bf16((u-8)*s) first): not bit-identical, closer to the exact product.
   static constexpr bool kScaleProducts = TT == 1;
+  // kOffsetCodes (4 weight tiles a warp): the codes also skip the subtraction of 136 (4 HSUB2 a
+  // word). The MMAs take BF16 128 + u as the LOP3 leaves it and each partial starts from -136 x
+  // the group's activation sums: two MMAs a group and warp on a constant -136 fragment, shared by
+  // the warp's NT tiles. The partial is sum((u-8) a) computed as sum((128+u) a) - 136 sum(a) in
+  // FP32: 4 more bits cancel (136 / 8), ~2^-20 relative, far under BF16's output rounding (2^-9).
+  // Measured (indexed-kernels.md v44, ncu ABBA on the H200): the stage's instructions -18 %, TP8
+  // down T=8-128 (NT 4, K 256) -1.4 to -2.8 % at both clocks, the grouped NT 4 tiles even; at NT 2
+  // (50 % more MMAs, not 25 %) +0.5 to +1 %, so NT 2 keeps the subtraction.
+  static constexpr bool kOffsetCodes = kScaleProducts && NT >= 4;
 
   // acc += this warp's weight rows x the tile's rows over the STAGE_K columns in ring slot `slot`.
   __device__ static void mma_stage(const Smem& sm, int slot, float (&acc)[NT][TT][4]) {
@@ -149,19 +159,23 @@ struct MmaTile {
       uint4 w[NT];
       __nv_bfloat162 s_lo[NT][2], s_hi[NT][2];  // per tile and scale group: rows g and g+8
       float f_lo[NT][2], f_hi[NT][2];          // the same as FP32 (kScaleProducts)
+      // The scale of weight row g (hi: g + 8) of tile t in group grp of this sub-block.
+      auto scale_of = [&](int t, int grp, bool hi) {
+        return sm.scale[slot][j * 2 + grp][(warp * NT + t) * kTile + lane / 4 + (hi ? 8 : 0)];
+      };
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         w[t] = sm.w[slot][j / kSubsPerBlock][warp][t][lane * kSubsPerBlock + j % kSubsPerBlock];
-        const int r = (warp * NT + t) * kTile + lane / 4;
 #pragma unroll
         for (int grp = 0; grp < 2; ++grp) {
-          const __nv_bfloat16 lo = sm.scale[slot][j * 2 + grp][r], hi = sm.scale[slot][j * 2 + grp][r + 8];
-          if constexpr (kScaleProducts) {
-            f_lo[t][grp] = __bfloat162float(lo);
-            f_hi[t][grp] = __bfloat162float(hi);
+          if constexpr (kOffsetCodes) {
+            // read where used (below): held from here, the 4-tile kernels spilled
+          } else if constexpr (kScaleProducts) {
+            f_lo[t][grp] = __bfloat162float(scale_of(t, grp, false));
+            f_hi[t][grp] = __bfloat162float(scale_of(t, grp, true));
           } else {
-            s_lo[t][grp] = __bfloat162bfloat162(lo);
-            s_hi[t][grp] = __bfloat162bfloat162(hi);
+            s_lo[t][grp] = __bfloat162bfloat162(scale_of(t, grp, false));
+            s_hi[t][grp] = __bfloat162bfloat162(scale_of(t, grp, true));
           }
         }
       }
@@ -175,19 +189,32 @@ struct MmaTile {
         }
         auto word_of = [&](int t, int kt) { return kt == 0 ? w[t].x : kt == 1 ? w[t].y : kt == 2 ? w[t].z : w[t].w; };
         if constexpr (kScaleProducts) {  // k tiles 2kp, 2kp+1 are scale group kp of the sub-block
+          // kOffsetCodes: -136 x the group's activation sums, per token (every weight row alike);
+          // the partials start from it, so the codes go in as 128 + u with no subtraction.
+          float bias[4] = {};
+          if constexpr (kOffsetCodes)
+            mma_m16n8k32_bf16_const_a<kOffsetBiasBf16x2>(bias, b[0][0], b[0][1], b[0][2], b[0][3]);
 #pragma unroll
           for (int t = 0; t < NT; ++t) {
             float part[4];
             uint32_t afrag[4];
-            centered_fragment(word_of(t, 2 * kp), afrag);
-            mma_m16n8k16_bf16_zero_c(part, afrag, b[0][0], b[0][1]);
-            centered_fragment(word_of(t, 2 * kp + 1), afrag);
+            if constexpr (kOffsetCodes) {
+              offset_fragment(word_of(t, 2 * kp), afrag);
+              mma_m16n8k16_bf16_from(part, afrag, b[0][0], b[0][1], bias);
+              offset_fragment(word_of(t, 2 * kp + 1), afrag);
+            } else {
+              centered_fragment(word_of(t, 2 * kp), afrag);
+              mma_m16n8k16_bf16_zero_c(part, afrag, b[0][0], b[0][1]);
+              centered_fragment(word_of(t, 2 * kp + 1), afrag);
+            }
             mma_m16n8k16_bf16(part, afrag, b[0][2], b[0][3]);
             // D fragment: part[0..1] weight row g, part[2..3] row g + 8
-            acc[t][0][0] = fmaf(f_lo[t][kp], part[0], acc[t][0][0]);
-            acc[t][0][1] = fmaf(f_lo[t][kp], part[1], acc[t][0][1]);
-            acc[t][0][2] = fmaf(f_hi[t][kp], part[2], acc[t][0][2]);
-            acc[t][0][3] = fmaf(f_hi[t][kp], part[3], acc[t][0][3]);
+            const float lo = kOffsetCodes ? __bfloat162float(scale_of(t, kp, false)) : f_lo[t][kp];
+            const float hi = kOffsetCodes ? __bfloat162float(scale_of(t, kp, true)) : f_hi[t][kp];
+            acc[t][0][0] = fmaf(lo, part[0], acc[t][0][0]);
+            acc[t][0][1] = fmaf(lo, part[1], acc[t][0][1]);
+            acc[t][0][2] = fmaf(hi, part[2], acc[t][0][2]);
+            acc[t][0][3] = fmaf(hi, part[3], acc[t][0][3]);
           }
         } else {
 #pragma unroll
