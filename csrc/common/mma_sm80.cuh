@@ -37,7 +37,7 @@ __device__ __forceinline__ void mma_m16n8k16_bf16_from(float (&d)[4], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
 }
 
-// D = A(16x16) * B(16x32 as two k16 halves: b0, b1 then b2, b3) for A all `a_pair` (one BF16x2
+// D = A(16x16) * B(16x32 as two k16 halves: b0, b1 then b2, b3) for A all `A_PAIR` (one BF16x2
 // value in every register): a constant A times the activations, the same in every row of D. The
 // constant lives in a register of this asm only (a 4-register A operand held across the caller's
 // loop cost a kernel near its register cap a spill).

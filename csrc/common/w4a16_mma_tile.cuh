@@ -146,7 +146,7 @@ struct MmaTile {
   // the warp's NT tiles. The partial is sum((u-8) a) computed as sum((128+u) a) - 136 sum(a) in
   // FP32: 4 more bits cancel (136 / 8), ~2^-20 relative, far under BF16's output rounding (2^-9).
   // Measured (indexed-kernels.md v44, ncu ABBA on the H200): the stage's instructions -18 %, TP8
-  // down T=8-128 (NT 4, K 256) -1.4 to -2.8 % at both clocks, the grouped NT 4 tiles even; at NT 2
+  // down T=8-128 (NT 4, K 256) -0.9 to -2.8 % at both clocks, the grouped NT 4 tiles even; at NT 2
   // (50 % more MMAs, not 25 %) +0.5 to +1 %, so NT 2 keeps the subtraction.
   static constexpr bool kOffsetCodes = kScaleProducts && NT >= 4;
 
