@@ -166,14 +166,13 @@ struct MmaTile {
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         w[t] = sm.w[slot][j / kSubsPerBlock][warp][t][lane * kSubsPerBlock + j % kSubsPerBlock];
+        // kOffsetCodes reads its scales where used (below): held from here, the 4-tile kernels spilled.
 #pragma unroll
         for (int grp = 0; grp < 2; ++grp) {
-          if constexpr (kOffsetCodes) {
-            // read where used (below): held from here, the 4-tile kernels spilled
-          } else if constexpr (kScaleProducts) {
+          if constexpr (kScaleProducts && !kOffsetCodes) {
             f_lo[t][grp] = __bfloat162float(scale_of(t, grp, false));
             f_hi[t][grp] = __bfloat162float(scale_of(t, grp, true));
-          } else {
+          } else if constexpr (!kScaleProducts) {
             s_lo[t][grp] = __bfloat162bfloat162(scale_of(t, grp, false));
             s_hi[t][grp] = __bfloat162bfloat162(scale_of(t, grp, true));
           }
