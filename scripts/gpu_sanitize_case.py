@@ -20,7 +20,10 @@ CASES = {"mma": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
                     # few routes on short K: the one-wave decode tile (128 weight rows)
                     (3, 2048, 256, 2, 2, 8), (3, 2048, 384, 3, 2, 16),
                     # ~58 blocks x 8 tiles of 2 stages: runs of 3 grow to 4 (whole tiles, streamk_run.cuh)
-                    (3, 2048, 256, 224, 2, 8)),
+                    (3, 2048, 256, 224, 2, 8),
+                    # 16-row blocks on short K: the one-tile (2-stage) ring at 3 CTAs an SM; K 384
+                    # is 3 stages a tile, so the ring wraps inside a tile
+                    (3, 2048, 256, 400, 2, 16), (3, 2048, 384, 400, 2, 16)),
          "simple": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
          # wgmma tile, stream-K: long-K tiles split over many CTAs; ~8 short tiles per CTA (the
          # ring across tiles); K = 640 wraps the 8-slot ring; N = 160 half past a 128-column tile

@@ -27,6 +27,12 @@ struct MmaStreamK {
   static constexpr int kAcc = NT * TT * 4;  // FP32 accumulators per thread (a workspace slot row)
   static_assert(kThreads % kTok == 0, "a thread always gathers the same tile row: kTok must divide 128");
   static constexpr int kThreadsPerRow = kThreads / kTok;
+  // A thread's activation column (its chunk x 8) goes into its row pointer once a tile, or with
+  // the one-tile ring (STAGES 2: 3 CTAs an SM at 168 registers, dispatch.STREAMK_CTAS_PER_SM) into
+  // each copy: held as a 64-bit offset for the per-tile rebuild it spilled 8 bytes there. Only
+  // there: elsewhere ptxas then schedules the whole kernel anew (the grouped 128 x 8 tile went
+  // from 144 to 130 registers and ran 2-4 % slower at EP8 T=8-20, ncu on the H200).
+  static constexpr bool kChunkPerCopy = STAGES == 2;
 
   using Walk = StreamKWalk<STAGES>;
   using Fixup = StreamKFixup<kThreads, kAcc>;
@@ -59,11 +65,12 @@ struct MmaStreamK {
     auto fetch = [&](int row_tile) { return fetch_row<Rows>(p, row_tile, my_row); };
     RowTilesAhead<RowRef> rows(ld, w, fetch);
     typename Tile::Sources src;
-    const __nv_bfloat16* act_src;  // this thread's activation row, column my_chunk * 8
+    const __nv_bfloat16* act_src;  // this thread's activation row (kChunkPerCopy: its column 0, else my_chunk * 8)
+    const int copy_chunk = kChunkPerCopy ? my_chunk * 8 : 0;
     auto new_tile = [&]() {
       const RowRef& cur = rows.cur;
       if (cur.expert >= 0) src = Tile::sources(p, cur.expert, ld.col * kRows);
-      act_src = p.a + (cur.route >= 0 ? Rows::a_row(p, cur.route) * p.lda : 0) + my_chunk * 8;
+      act_src = p.a + (cur.route >= 0 ? Rows::a_row(p, cur.route) * p.lda : 0) + (kChunkPerCopy ? 0 : my_chunk * 8);
     };
     new_tile();
     int loads_left = iterations;
@@ -80,7 +87,7 @@ struct MmaStreamK {
 #pragma unroll
           for (int col = 0; col < STAGE_K; col += kThreadsPerRow * 8)
             if (STAGE_K % (kThreadsPerRow * 8) == 0 || col + my_chunk * 8 < STAGE_K)
-              cp_async_16(&sm.act[slot][my_row][col + my_chunk * 8], act_src + ld.s * STAGE_K + col, bytes);
+              cp_async_16(&sm.act[slot][my_row][col + my_chunk * 8], act_src + ld.s * STAGE_K + col + copy_chunk, bytes);
         }
         ld.step();
         if (--loads_left > 0 && ld.segment_done()) {
