@@ -312,12 +312,10 @@ def mma_launch(family: str, header: str, body: str, template_args: tuple, nt: in
 STREAMK_EXTRA_REGS = 56
 
 
-# Stream-K mma configs that ptxas fits at more CTAs an SM than the register estimate allows,
-# (NT, TT, STAGE_K, STAGES) -> CTAs an SM; test_jit holds them to no spill. 256 x 16 tiles on a
-# 2-stage ring (TP8 down at 16-row blocks, K=256: one tile a ring) at 168 registers: 3 CTAs an SM
-# instead of 2 (a 3-stage ring), 12 warps an SM to hide the stage's latency chain (ncu ABBA, H200,
-# indexed-kernels.md v45: TP8 T=512 down -7.7 %, skewed -7.5 to -8.0 %, at both clocks).
-STREAMK_CTAS_PER_SM = {(4, 2, 128, 2): 3}
+# Stream-K mma kernels that ptxas fits at more CTAs an SM than the register estimate allows,
+# (family, NT, TT, STAGE_K, STAGES) -> CTAs an SM; test_jit holds them to no spill (the grouped
+# kernel of the same shape spills 24 bytes at 3). See ONE_TILE_RING.
+STREAMK_CTAS_PER_SM = {("indexed_mma_sk", 4, 2, 128, 2): 3}
 
 
 def streamk_launch(family: str, header: str, body: str, template_args: tuple, nt: int, tt: int,
@@ -328,7 +326,7 @@ def streamk_launch(family: str, header: str, body: str, template_args: tuple, nt
     if tt not in (1, 2, 4, 8):
         raise ValueError(f"the stream-K mma kernel takes TT 1, 2, 4 or 8, got {tt}")
     launch = mma_launch(family, header, body, template_args, nt, tt, stage_k, stages, arch, STREAMK_EXTRA_REGS)
-    ctas = STREAMK_CTAS_PER_SM.get((nt, tt, stage_k, stages))
+    ctas = STREAMK_CTAS_PER_SM.get((family, nt, tt, stage_k, stages))
     if ctas is not None:
         launch = replace(launch, spec=replace(launch.spec, min_blocks_per_sm=ctas))
     return replace(launch, partial_floats=2 * 128 * nt * tt * 4, iteration_k=stage_k)
@@ -350,8 +348,6 @@ def streamk_shape(n: int, k: int, rows: int) -> dict[str, int]:
         # 186 -> 176, skewed 210 -> 197; T=20 equal). 256-column stages at NT 4 fit one CTA an
         # SM and lost 20 %; deep K lost 1-3 % (EP8 T=8-32).
         cfg["NT"], cfg["STAGE_K"] = 4, min(cfg["STAGE_K"], 128)
-        if cfg["TT"] == 2:  # 16-row blocks: a one-tile ring, 3 CTAs an SM (STREAMK_CTAS_PER_SM)
-            cfg["STAGES"] = 2
     return cfg
 
 
@@ -666,13 +662,23 @@ def few_tiles_decode(problem: IndexedProblem, launch: Launch, sms: int = H200_SM
     return tiles is not None and 2 * tiles <= resident_ctas(launch, sms)
 
 
+# 16-row blocks on the short-K 256-row tile (TP8 down at T=512, K=256: 2 stages a tile) run a
+# one-tile ring, 2 stages, which frees the registers for 3 CTAs an SM instead of 2 (168 a thread,
+# STREAMK_CTAS_PER_SM): 12 warps an SM hide the stage's latency chain better than a deeper ring
+# (ncu ABBA on the H200, indexed-kernels.md v45: TP8 T=512 down -8.0 / -8.4 %, skewed -7.7 %, at
+# base and boost clock).
+ONE_TILE_RING = {"NT": 4, "TT": 2, "STAGE_K": 128}
+
+
 def choose_indexed_mma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
     cfg = apply_tuning(streamk_shape(problem.n, problem.k, problem.block_m), problem.k, tuning)
-    launch = indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
     tuned = parse_tuning(tuning)
+    if "STAGES" not in tuned and all(cfg[key] == v for key, v in ONE_TILE_RING.items()) and problem.k < WGMMA_MIN_K:
+        cfg["STAGES"] = 2
+    launch = indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
     if cfg["NT"] == 4 and problem.k < WGMMA_MIN_K and "NT" not in tuned and one_wave_decode(problem, launch):
         cfg["NT"] = 2
-        if "STAGES" not in tuned:  # the one-tile ring is the 256-row tile's (streamk_shape)
+        if "STAGES" not in tuned:  # the one-tile ring is the 256-row tile's (ONE_TILE_RING)
             cfg["STAGES"] = mma_shape(problem.n, problem.k, problem.block_m)["STAGES"]
         launch = indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
     if "STAGES" not in tuned and few_tiles_decode(problem, launch):
