@@ -188,6 +188,26 @@ def test_few_tiles_decode_takes_a_4_deep_ring(routes, stages):
     assert dispatch.select_indexed(IndexedProblem(7168, 256, 384, 8, 8, 8)).spec.config["STAGES"] == 3
 
 
+@pytest.mark.parametrize("routes", [4096, 0])
+def test_16_row_short_k_tiles_take_the_one_tile_ring(routes):
+    # TP8 down (N 7168, K 256) at T=512: 16-row blocks on the 256-row tile run 2 stages (one tile)
+    # at 3 CTAs an SM (indexed-kernels.md v45); an override of STAGES keeps the estimate's 2.
+    launch = dispatch.select_indexed(IndexedProblem(7168, 256, 384, 8, 16, routes))
+    cfg = launch.spec.config
+    assert (cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"]) == (4, 2, 128, 2)
+    assert launch.spec.min_blocks_per_sm == 3 and dispatch.resident_ctas(launch) == 3 * dispatch.H200_SMS
+    assert launch.smem_bytes * 3 + 3 * 1024 <= dispatch.SMEM_PER_SM
+    tuned = dispatch.select_indexed(IndexedProblem(7168, 256, 384, 8, 16, routes), tuning="STAGES=3")
+    assert tuned.spec.config["STAGES"] == 3 and tuned.spec.min_blocks_per_sm == 2
+    # deep K keeps its ring; a one-wave call falls back to 128-row tiles on the 3-stage ring
+    deep = dispatch.select_indexed(IndexedProblem(7168, 2048, 48, 8, 16, routes)).spec
+    assert deep.config.get("STAGES") != 2
+    few = dispatch.select_indexed(IndexedProblem(2048, 384, 3, 2, 16, 300))
+    assert few.spec.config["NT"] == 2 and few.spec.config["STAGES"] == 3
+    # the grouped kernel of that shape would spill at 3 CTAs an SM: the grouped family keeps 3 stages
+    assert dispatch.grouped_launch("contiguous_offsets", 7168, 256, 16, 64).spec.config["STAGES"] == 3
+
+
 def test_decode_launches_are_compiled_ahead():
     # The precompile list (every launch the heuristic reaches) holds the decode variants.
     symbols = {launch.spec.symbol for launch in dispatch.indexed_profile_launches(512, 7168)}
