@@ -30,7 +30,7 @@ struct MmaStreamK {
   // A thread's activation column (its chunk x 8) goes into its row pointer once a tile, or with
   // the one-tile ring (STAGES 2: 3 CTAs an SM at 168 registers, dispatch.STREAMK_CTAS_PER_SM) into
   // each copy: held as a 64-bit offset for the per-tile rebuild it spilled 8 bytes there. Only
-  // there: elsewhere ptxas then schedules the whole kernel anew (the grouped 128 x 8 tile went
+  // there: elsewhere ptxas then schedules the whole kernel anew (the grouped 8 x 128 tile went
   // from 144 to 130 registers and ran 2-4 % slower at EP8 T=8-20, ncu on the H200).
   static constexpr bool kChunkPerCopy = STAGES == 2;
 
