@@ -673,13 +673,12 @@ ONE_TILE_RING = {"NT": 4, "TT": 2, "STAGE_K": 128}
 def choose_indexed_mma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
     cfg = apply_tuning(streamk_shape(problem.n, problem.k, problem.block_m), problem.k, tuning)
     tuned = parse_tuning(tuning)
+    ring = cfg["STAGES"]  # streamk_shape's (or the override's) ring, for the NT 2 fallback below
     if "STAGES" not in tuned and all(cfg[key] == v for key, v in ONE_TILE_RING.items()) and problem.k < WGMMA_MIN_K:
         cfg["STAGES"] = 2
     launch = indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
     if cfg["NT"] == 4 and problem.k < WGMMA_MIN_K and "NT" not in tuned and one_wave_decode(problem, launch):
-        cfg["NT"] = 2
-        if "STAGES" not in tuned:  # the one-tile ring is the 256-row tile's (ONE_TILE_RING)
-            cfg["STAGES"] = mma_shape(problem.n, problem.k, problem.block_m)["STAGES"]
+        cfg["NT"], cfg["STAGES"] = 2, ring  # the one-tile ring is the 256-row tile's (ONE_TILE_RING)
         launch = indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
     if "STAGES" not in tuned and few_tiles_decode(problem, launch):
         deeper = indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], FEW_TILES_STAGES, arch=arch)
