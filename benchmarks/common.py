@@ -301,6 +301,27 @@ def event_time_ms(fn: Callable[[], Any]) -> float:
     return start.elapsed_time(end)
 
 
+# CHORD_CTA_TRACE=1 (Chord's side; chord_kernels.cta_trace): one more call after the checked
+# one, behind do_bench's own L2 flush (a 256 MB memset), with the traced kernels' per-CTA records
+# read back into the point's record and a summary printed.
+CTA_TRACE_FLUSH_BYTES = 256 * 1024 * 1024
+
+
+def trace_ctas(fn: Callable[[], Any], device: torch.device, rec: dict[str, Any]) -> None:
+    if not os.environ.get("CHORD_CTA_TRACE") or "chord_kernels" not in sys.modules:
+        return
+    from chord_kernels import cta_trace
+
+    torch.empty(CTA_TRACE_FLUSH_BYTES, dtype=torch.int8, device=device).zero_()
+    cta_trace.clear_all()
+    fn()
+    sync(device)
+    traces = cta_trace.read_all()
+    rec["cta_trace"] = cta_trace.to_json(traces)
+    rec["cta_trace_summary"] = {symbol: cta_trace.summary(rs) for symbol, rs in traces.items()}
+    print(cta_trace.format_summary(traces), flush=True)
+
+
 # How do_bench empties the L2 between timed calls (env CHORD_BENCH_FLUSH; recorded in the JSON):
 # "zero" is do_bench's own (a 256 MB memset: the L2 is left full of dirty lines, which the timed
 # call then writes back while it reads), "read" sums the same buffer instead (the L2 is left
@@ -614,6 +635,7 @@ def _measure(backend, opts, handle, wp, ws, routing, point, proj, rec, device, s
         del ref
         rec["rel_err"] = clean_float(rel)
         rec["check"] = "ok" if rel <= REL_ERR_TOL else ("nan" if math.isnan(rel) else "fail")
+        trace_ctas(call.fn, device, rec)
         if single_ms > opts.slow_ms:
             rec["us_single"] = single_ms * 1e3
             rec["status"] = "skipped (slow)"

@@ -24,21 +24,9 @@ DIST=uniform; LABEL=""
 EXTRA=("$@")
 case "$SIDE" in chord|humming) ;; *) echo "SIDE is chord or humming" >&2; exit 2 ;; esac
 
-OUT=${OUT:-.out/ncu}; mkdir -p "$OUT"
-WORK=${BENCH_WORK:-/tmp/chord-bench}; ROUTING=$WORK/routing-ncu
-HSITE=${HUMMING_SITE:-/tmp/humming_site}
-export CHORD_CACHE_DIR=${CHORD_CACHE_DIR:-/tmp/chord-jit} PYTHONUNBUFFERED=1 BENCH_NVTX=1
+source benchmarks/point_setup.sh
+export BENCH_NVTX=1
 NAME=ncu_${SIDE}_${SCN}_${PROJ}_T${T}_${DIST}${LABEL}
-
-python3 -c "import chord_kernels" 2>/dev/null \
-  || python3 -m pip install -q --no-build-isolation --no-deps -e packages/chord-runtime 2>&1 | tail -3
-if [[ $SIDE == humming && ! -d $HSITE/humming ]]; then
-  ls .whl/*.whl >/dev/null 2>&1 || { echo "no wheels in .whl/ (carry .whl)" >&2; exit 3; }
-  python3 -m pip install -q --no-index --no-deps --upgrade --target "$HSITE" .whl/*.whl 2>&1 | tail -3
-fi
-[[ -s $ROUTING/manifest.json ]] && grep -q "\"$SCN\"" "$ROUTING/manifest.json" \
-  || python3 -m benchmarks.make_routing --dir "$ROUTING" --scenarios "$SCN" > "$OUT/routing_ncu.log" 2>&1 \
-  || { cat "$OUT/routing_ncu.log"; exit 4; }
 
 args=(--routing-dir "$ROUTING" --scenarios "$SCN" --tokens "$T" --dists "$DIST" --projections "$PROJ"
       --warmup-ms 1 --rep-ms 1 --budget-s 400 --out "$WORK/$NAME.json" "${EXTRA[@]}")

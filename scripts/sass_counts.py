@@ -65,7 +65,7 @@ def compile_cubin(expr: str, workdir: Path, csrc: Path | None = None):
     """(spec, cubin, nvcc's completed process) of a dispatch expression's kernel, built with the
     JIT's own flags (the cubin the GPU runs; the flags include -lineinfo) from ``csrc``."""
     spec = eval(expr, vars(dispatch)).spec  # a dispatch expression from the command line
-    src = workdir / f"{spec.symbol}.cu"
+    src = workdir / f"{spec.symbol}{'_trace' if spec.trace else ''}.cu"  # the traced build shares the symbol
     src.write_text(spec.source())
     cubin = src.with_suffix(".cubin")
     res = subprocess.run(["nvcc", "-cubin", *compiler.compile_flags(spec, csrc or csrc_dir()), "-Xptxas", "-v",

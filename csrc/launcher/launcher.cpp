@@ -15,6 +15,7 @@
 #include <vector>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace py = pybind11;
 
@@ -27,6 +28,7 @@ using CUcontext = struct CUctx_st*;
 using CUmodule = struct CUmod_st*;
 using CUfunction = struct CUfunc_st*;
 using CUstream = struct CUstream_st*;
+using CUdeviceptr = unsigned long long;
 constexpr CUresult CUDA_SUCCESS = 0;
 constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 constexpr int CU_FUNC_ATTRIBUTE_NUM_REGS = 4;
@@ -57,6 +59,12 @@ struct Driver {
   CUresult (*cuGetErrorString)(CUresult, const char**);
   // Optional (null on a driver older than CUDA 12): every kernel that takes no tensor map still runs.
   EncodeTiled cuTensorMapEncodeTiled;
+  // Module globals (the diagnostic builds' per-CTA records, chord_kernels.cta_trace); the _v2
+  // entry points are the 64-bit ones cuda.h maps the plain names to.
+  CUresult (*cuFuncGetModule)(CUmodule*, CUfunction);
+  CUresult (*cuModuleGetGlobal)(CUdeviceptr*, size_t*, CUmodule, const char*);
+  CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
+  CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
 };
 
 Driver g_driver{};
@@ -93,6 +101,11 @@ const Driver& driver() {
   resolve(lib, "cuLaunchKernel", d.cuLaunchKernel);
   resolve(lib, "cuGetErrorString", d.cuGetErrorString);
   d.cuTensorMapEncodeTiled = reinterpret_cast<EncodeTiled>(dlsym(lib, "cuTensorMapEncodeTiled"));
+  // Optional too (diagnostics only): module_global says so if they are missing.
+  d.cuFuncGetModule = reinterpret_cast<decltype(d.cuFuncGetModule)>(dlsym(lib, "cuFuncGetModule"));
+  d.cuModuleGetGlobal = reinterpret_cast<decltype(d.cuModuleGetGlobal)>(dlsym(lib, "cuModuleGetGlobal_v2"));
+  d.cuMemcpyDtoH = reinterpret_cast<decltype(d.cuMemcpyDtoH)>(dlsym(lib, "cuMemcpyDtoH_v2"));
+  d.cuMemsetD8 = reinterpret_cast<decltype(d.cuMemsetD8)>(dlsym(lib, "cuMemsetD8_v2"));
   g_driver = d;
   g_loaded = true;
   return g_driver;
@@ -184,6 +197,34 @@ int max_active_blocks(std::uintptr_t fn_handle, std::uintptr_t ctx_handle, int t
   return blocks;
 }
 
+// A __device__ global of the module that holds `fn` (C linkage name): its address and size.
+std::pair<CUdeviceptr, size_t> module_global(std::uintptr_t fn_handle, std::uintptr_t ctx_handle, const std::string& name) {
+  const Driver& d = driver();
+  if (!d.cuFuncGetModule || !d.cuModuleGetGlobal || !d.cuMemcpyDtoH || !d.cuMemsetD8)
+    throw std::runtime_error("chord launcher: libcuda lacks the module-global entry points (driver older than CUDA 11)");
+  check(d.cuCtxSetCurrent(reinterpret_cast<CUcontext>(ctx_handle)), "cuCtxSetCurrent");
+  CUmodule mod;
+  check(d.cuFuncGetModule(&mod, reinterpret_cast<CUfunction>(fn_handle)), "cuFuncGetModule");
+  CUdeviceptr ptr = 0;
+  size_t bytes = 0;
+  check(d.cuModuleGetGlobal(&ptr, &bytes, mod, name.c_str()), ("cuModuleGetGlobal(" + name + ")").c_str());
+  return {ptr, bytes};
+}
+
+// The global's bytes, copied to the host (synchronous: the caller has synchronized the kernel's
+// stream; for diagnostics, never on a launch path).
+py::bytes read_global(std::uintptr_t fn_handle, std::uintptr_t ctx_handle, const std::string& name) {
+  const auto [ptr, bytes] = module_global(fn_handle, ctx_handle, name);
+  std::string host(bytes, '\0');
+  check(driver().cuMemcpyDtoH(host.data(), ptr, bytes), "cuMemcpyDtoH");
+  return py::bytes(host);
+}
+
+void zero_global(std::uintptr_t fn_handle, std::uintptr_t ctx_handle, const std::string& name) {
+  const auto [ptr, bytes] = module_global(fn_handle, ctx_handle, name);
+  check(driver().cuMemsetD8(ptr, 0, bytes), "cuMemsetD8");
+}
+
 // Hot path: no allocation, no Python object creation beyond argument parsing.
 void launch(std::uintptr_t fn_handle, std::uintptr_t ctx_handle, unsigned gx, unsigned gy,
             unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned smem,
@@ -219,6 +260,8 @@ PYBIND11_MODULE(_launcher, m) {
         py::arg("strides"), py::arg("box"), py::arg("l2_promotion"), py::arg("swizzle") = 0);
   m.def("function_attributes", &function_attributes, py::arg("fn"));
   m.def("max_active_blocks", &max_active_blocks, py::arg("fn"), py::arg("ctx"), py::arg("threads"), py::arg("smem"));
+  m.def("read_global", &read_global, py::arg("fn"), py::arg("ctx"), py::arg("name"));
+  m.def("zero_global", &zero_global, py::arg("fn"), py::arg("ctx"), py::arg("name"));
   m.def("launch", &launch, py::arg("fn"), py::arg("ctx"), py::arg("gx"), py::arg("gy"),
         py::arg("gz"), py::arg("bx"), py::arg("by"), py::arg("bz"), py::arg("smem"),
         py::arg("stream"), py::arg("params"));

@@ -28,6 +28,9 @@ class KernelSpec:
     # CTAs a cluster along z (compile-time __cluster_dims__: an ordinary launch runs the grid in
     # clusters; gridDim.z must be a multiple). 1: no cluster.
     cluster_z: int = 1
+    # The diagnostic build (chord_kernels.cta_trace, CHORD_CTA_TRACE=1): the kernel's body between
+    # per-CTA start/end stamps (csrc/common/cta_trace.cuh). Off, the source is the plain wrapper.
+    trace: bool = False
 
     @property
     def symbol(self) -> str:
@@ -41,15 +44,21 @@ class KernelSpec:
     def source(self) -> str:
         targs = ", ".join(str(v) for _, v in self.template_args)
         cluster = f"__cluster_dims__(1, 1, {self.cluster_z}) " if self.cluster_z > 1 else ""
+        body = f"  {self.body}<{targs}>::run(chord::moe_params(params));\n"
+        if self.trace:
+            body = f"  chord::cta_trace_begin();\n{body}  chord::cta_trace_end();\n"
         return (
-            f'#include "{self.header}"\n\n'
+            f'#include "{self.header}"\n'
+            + ('#include "common/cta_trace.cuh"\n' if self.trace else "")
+            + "\n"
             f'extern "C" __global__ void {cluster}__launch_bounds__({self.threads}, {self.min_blocks_per_sm})\n'
             f"{self.symbol}(const __grid_constant__ {self.params_type} params) {{\n"
-            f"  {self.body}<{targs}>::run(chord::moe_params(params));\n"
+            f"{body}"
             f"}}\n"
         )
 
     def describe(self) -> str:
         cfg = ", ".join(f"{k}={v}" for k, v in self.template_args)
         cluster = f" cluster=1x1x{self.cluster_z}" if self.cluster_z > 1 else ""
-        return f"{self.family}[{cfg}] threads={self.threads}x{self.min_blocks_per_sm}/SM{cluster} arch={self.arch}"
+        trace = " trace" if self.trace else ""
+        return f"{self.family}[{cfg}] threads={self.threads}x{self.min_blocks_per_sm}/SM{cluster} arch={self.arch}{trace}"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import functools
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from .. import env
 from .compiler import compile_kernel
 from .kernel import KernelSpec
 
@@ -39,16 +40,27 @@ def _launcher():
 
 
 _lock = threading.Lock()
+_loaded: list[LoadedKernel] = []  # every kernel this process loaded, in load order
 
 
 @functools.cache
 def _load(spec: KernelSpec, device: int, max_dynamic_smem: int) -> LoadedKernel:
     path = compile_kernel(spec)
     fn, ctx = _launcher().load_kernel(path.read_bytes(), spec.symbol, device, max_dynamic_smem)
-    return LoadedKernel(spec, device, fn, ctx, max_dynamic_smem)
+    kernel = LoadedKernel(spec, device, fn, ctx, max_dynamic_smem)
+    _loaded.append(kernel)
+    return kernel
 
 
 def load_kernel(spec: KernelSpec, device: int, max_dynamic_smem: int = 0) -> LoadedKernel:
-    """Compile (cached on disk) and load ``spec`` on ``device``; memoized per process."""
+    """Compile (cached on disk) and load ``spec`` on ``device``; memoized per process. With
+    CHORD_CTA_TRACE set, the diagnostic build of it (chord_kernels.cta_trace)."""
+    if env.flag(env.CTA_TRACE):
+        spec = replace(spec, trace=True)
     with _lock:
         return _load(spec, device, max_dynamic_smem)
+
+
+def loaded_kernels() -> list[LoadedKernel]:
+    with _lock:
+        return list(_loaded)

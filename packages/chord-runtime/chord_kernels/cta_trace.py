@@ -1,0 +1,156 @@
+"""Per-CTA timing of a launch (diagnostics): which SM each CTA ran on, when it started and ended.
+
+With ``CHORD_CTA_TRACE=1`` in the environment before a process loads its kernels, every kernel is
+compiled with per-CTA stamps around its body (``csrc/common/cta_trace.cuh``; a separate cubin,
+the normal build is untouched). Then::
+
+    cta_trace.clear_all()          # zero every loaded traced kernel's records
+    call()                         # the launch(es) to look at
+    torch.cuda.synchronize()
+    traces = cta_trace.read_all()  # {kernel symbol: [CtaRecord, ...]}, launched CTAs only
+    print(cta_trace.format_summary(traces))
+
+A kernel keeps one record per CTA index, so read after the call of interest and before the next
+launch of the same kernel. Why it exists: ncu gives the SMs' balance (min / avg / max active
+cycles) but not which CTAs were slow; a stream-K launch gives each CTA its own run, and lining
+the CTAs' durations up with their runs says whether the spread is the work or the SM.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from statistics import mean, pstdev
+
+from .jit.launch import _launcher, loaded_kernels
+
+GLOBAL_NAME = "chord_cta_trace"  # cta_trace.cuh: extern "C" __device__ ChordCtaRecord[kCtaTraceCapacity]
+_RECORD = struct.Struct("<IIQQQQ")  # smid, valid, clock_start, clock_end, time_start, time_end
+
+
+@dataclass(frozen=True)
+class CtaRecord:
+    cta: int  # linear CTA index (x fastest)
+    sm: int
+    clock_start: int  # clock64 of its SM: comparable between the CTAs of one SM only
+    clock_end: int  # its last warp's end
+    start_ns: int  # %globaltimer: comparable across SMs (coarse ticks)
+    end_ns: int
+
+    @property
+    def cycles(self) -> int:
+        return max(self.clock_end - self.clock_start, 0)
+
+
+def parse(raw: bytes) -> list[CtaRecord]:
+    """The records of the CTAs that ran (valid = 1), in CTA order."""
+    if len(raw) % _RECORD.size:
+        raise ValueError(f"{GLOBAL_NAME}: {len(raw)} bytes is not a whole number of {_RECORD.size}-byte records")
+    out = []
+    for cta, (sm, valid, c0, c1, t0, t1) in enumerate(_RECORD.iter_unpack(raw)):
+        if valid:
+            out.append(CtaRecord(cta, sm, c0, c1, t0, t1))
+    return out
+
+
+def traced_kernels() -> list:
+    return [k for k in loaded_kernels() if k.spec.trace]
+
+
+def clear_all() -> None:
+    """Zero the records of every traced kernel this process loaded."""
+    for kernel in traced_kernels():
+        _launcher().zero_global(kernel.fn, kernel.ctx, GLOBAL_NAME)
+
+
+def read_all() -> dict[str, list[CtaRecord]]:
+    """{symbol: records} of every traced kernel with at least one CTA since the last clear_all
+    (synchronize the launches' stream first)."""
+    out = {}
+    for kernel in traced_kernels():
+        records = parse(_launcher().read_global(kernel.fn, kernel.ctx, GLOBAL_NAME))
+        if records:
+            out[kernel.spec.symbol] = records
+    return out
+
+
+@dataclass(frozen=True)
+class SmLoad:
+    sm: int
+    ctas: tuple[int, ...]
+    busy_cycles: int  # first start to last end of its CTAs (one SM clock)
+
+
+def sm_loads(records: list[CtaRecord]) -> list[SmLoad]:
+    """Per SM: its CTAs and the span of its clock from their first start to their last end."""
+    by_sm: dict[int, list[CtaRecord]] = {}
+    for r in records:
+        by_sm.setdefault(r.sm, []).append(r)
+    return [SmLoad(sm, tuple(r.cta for r in rs), max(r.clock_end for r in rs) - min(r.clock_start for r in rs))
+            for sm, rs in sorted(by_sm.items())]
+
+
+def summary(records: list[CtaRecord]) -> dict:
+    """Balance numbers of one launch: CTA durations (cycles) and SM spans, min / mean / max, the
+    slowest and fastest CTAs, and how late the last CTA started (ns after the first)."""
+    cycles = [r.cycles for r in records]
+    loads = sm_loads(records)
+    spans = [s.busy_cycles for s in loads]
+    order = sorted(records, key=lambda r: r.cycles)
+    first_start = min(r.start_ns for r in records)
+    return {
+        "ctas": len(records),
+        "sms": len(loads),
+        "cta_cycles": {"min": min(cycles), "mean": round(mean(cycles)), "max": max(cycles),
+                       "std": round(pstdev(cycles))},
+        "sm_busy_cycles": {"min": min(spans), "mean": round(mean(spans)), "max": max(spans)},
+        "slowest": [(r.cta, r.sm, r.cycles) for r in order[-5:][::-1]],
+        "fastest": [(r.cta, r.sm, r.cycles) for r in order[:5]],
+        "start_spread_ns": max(r.start_ns for r in records) - first_start,
+        "elapsed_ns": max(r.end_ns for r in records) - first_start,
+    }
+
+
+def format_summary(traces: dict[str, list[CtaRecord]]) -> str:
+    lines = []
+    for symbol, records in traces.items():
+        s = summary(records)
+        c, b = s["cta_cycles"], s["sm_busy_cycles"]
+        lines += [
+            f"{symbol}: {s['ctas']} CTAs on {s['sms']} SMs, elapsed {s['elapsed_ns'] / 1e3:.1f} µs "
+            f"(last start +{s['start_spread_ns'] / 1e3:.1f} µs)",
+            f"  CTA cycles min {c['min']} mean {c['mean']} max {c['max']} (std {c['std']}); "
+            f"SM busy min {b['min']} mean {b['mean']} max {b['max']}",
+            "  slowest (cta, sm, cycles): " + ", ".join(map(str, s["slowest"])),
+            "  fastest (cta, sm, cycles): " + ", ".join(map(str, s["fastest"])),
+        ]
+    return "\n".join(lines)
+
+
+def to_json(traces: dict[str, list[CtaRecord]]) -> dict:
+    """Compact form for a benchmark record: per kernel, columns of the CTA records (globaltimer
+    from the launch's first start)."""
+    out = {}
+    for symbol, rs in traces.items():
+        t0 = min(r.start_ns for r in rs)
+        out[symbol] = {"cta": [r.cta for r in rs], "sm": [r.sm for r in rs],
+                       "clock_start": [r.clock_start for r in rs], "clock_end": [r.clock_end for r in rs],
+                       "start_ns": [r.start_ns - t0 for r in rs], "end_ns": [r.end_ns - t0 for r in rs]}
+    return out
+
+
+def from_json(data: dict) -> dict[str, list[CtaRecord]]:
+    """to_json's inverse."""
+    return {symbol: [CtaRecord(*row) for row in zip(cols["cta"], cols["sm"], cols["clock_start"], cols["clock_end"],
+                                                     cols["start_ns"], cols["end_ns"], strict=True)]
+            for symbol, cols in data.items()}
+
+
+def index_profile(records: list[CtaRecord], bins: int = 12) -> list[tuple[int, int, int]]:
+    """Mean CTA cycles over consecutive CTA-index ranges: (first CTA, last CTA, mean cycles). A
+    stream-K run is a contiguous range of the work in CTA order, so work that costs more per
+    iteration shows as a range of slow CTAs; an SM effect does not."""
+    rs = sorted(records, key=lambda r: r.cta)
+    size = -(-len(rs) // bins)
+    return [(chunk[0].cta, chunk[-1].cta, round(mean(r.cycles for r in chunk)))
+            for chunk in (rs[i:i + size] for i in range(0, len(rs), size))]
