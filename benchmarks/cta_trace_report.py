@@ -1,6 +1,7 @@
 """Read benchmarks/cta_trace.sh's JSON: per point and kernel, the launch's balance (CTA cycles,
 SM busy spans), the CTAs' cycles along the CTA index (a stream-K run is a contiguous range of the
-work, so costly work shows as a range of slow CTAs), and the busiest and idlest SMs with their CTAs.
+work, so costly work shows as a range of slow CTAs) and by their work (stream-K kernels note it),
+and the busiest and idlest SMs with their CTAs.
 
     python3 -m benchmarks.cta_trace_report FILE.json [--bins 12] [--sms 8]
 """
@@ -23,8 +24,10 @@ def report(path: str, bins: int, sms: int) -> str:
                      f"{point.get('config', '')}")
         lines.append(cta_trace.format_summary(traces))
         for symbol, records in traces.items():
-            lines.append(f"  {symbol} by CTA index (first, last, mean cycles):")
+            lines.append(f"  {symbol} by CTA index (first, last, mean cycles, mean iterations):")
             lines.append("    " + ", ".join(map(str, cta_trace.index_profile(records, bins))))
+            lines.append("    by work ((iterations, segments, split tiles, row tiles), CTAs, mean cycles): "
+                         + "; ".join(map(str, cta_trace.by_work(records)[:8])))
             loads = sorted(cta_trace.sm_loads(records), key=lambda s: s.busy_cycles)
             lines.append("    idlest SMs (sm, busy cycles, CTAs): "
                          + "; ".join(f"{s.sm} {s.busy_cycles} {list(s.ctas)}" for s in loads[:sms]))

@@ -51,8 +51,8 @@ def test_the_launcher_reads_and_zeroes_module_globals():
     assert callable(_launcher.read_global) and callable(_launcher.zero_global)
 
 
-def record(smid, c0, c1, t0, t1, valid=1):
-    return struct.pack("<IIQQQQ", smid, valid, c0, c1, t0, t1)
+def record(smid, c0, c1, t0, t1, valid=1, schedule=(0,) * 7):
+    return struct.pack("<IIQQQQ8i", smid, valid, c0, c1, t0, t1, *schedule, 0)
 
 
 def sample() -> list[cta_trace.CtaRecord]:
@@ -65,8 +65,8 @@ def sample() -> list[cta_trace.CtaRecord]:
 def test_parse_keeps_the_ctas_that_ran():
     records = sample()
     assert [(r.cta, r.sm, r.cycles) for r in records] == [(0, 5, 600), (1, 7, 400), (2, 5, 1000)]
-    with pytest.raises(ValueError, match="whole number of 40-byte records"):
-        cta_trace.parse(b"\0" * 41)
+    with pytest.raises(ValueError, match="whole number of 72-byte records"):
+        cta_trace.parse(b"\0" * 73)
 
 
 def test_summary_and_sm_spans():
@@ -80,8 +80,23 @@ def test_summary_and_sm_spans():
     assert s["sm_busy_cycles"] == {"min": 400, "mean": 705, "max": 1010}
     assert s["slowest"][0] == (2, 5, 1000) and s["fastest"][0] == (1, 7, 400)
     assert s["start_spread_ns"] == 10 and s["elapsed_ns"] == 505
-    assert cta_trace.index_profile(records, bins=2) == [(0, 1, 500), (2, 2, 1000)]
+    assert cta_trace.index_profile(records, bins=2) == [(0, 1, 500, 0), (2, 2, 1000, 0)]
     assert "3 CTAs on 2 SMs" in cta_trace.format_summary({"k": records})
+
+
+def test_stream_k_schedule_notes():
+    # 3 CTAs, 10 tiles of 4 stages (2 column tiles a row tile): whole tiles 0-5 (two waves), then
+    # the 16 stream-K iterations from 24 on in runs of 6, 6, 4 (tile 7 split between CTAs 0 and 1).
+    notes = [(2 * 4 + 6, 24, 30), (2 * 4 + 6, 30, 36), (2 * 4 + 4, 36, 40)]
+    raw = b"".join(record(c, 0, 100 + c, 0, 1, schedule=(it, sk0, sk1, 4, 6, 10, 2)) for c, (it, sk0, sk1) in enumerate(notes))
+    r0, r1, r2 = cta_trace.parse(raw)
+    assert r0.segments(3) == [(0, 0, 4), (3, 0, 4), (6, 0, 4), (7, 0, 2)]
+    assert r1.segments(3) == [(1, 0, 4), (4, 0, 4), (7, 2, 4), (8, 0, 4)]
+    assert r2.segments(3) == [(2, 0, 4), (5, 0, 4), (9, 0, 4)]
+    assert r1.work(3) == {"iterations": 14, "segments": 4, "split": 1, "row_tiles": 4}
+    assert r2.work(3) == {"iterations": 12, "segments": 3, "split": 0, "row_tiles": 3}
+    assert cta_trace.by_work([r0, r1, r2])[0][1] == 1
+    assert cta_trace.from_json(cta_trace.to_json({"k": [r1]}))["k"][0].work(3) == r1.work(3)
 
 
 def test_json_round_trip_and_report(tmp_path):

@@ -22,6 +22,8 @@ struct ChordCtaRecord {
   uint64_t clock_end;
   uint64_t time_start;    // %globaltimer, ns: one clock for every SM (coarse ticks)
   uint64_t time_end;
+  // The stream-K schedule's view of this CTA (cta_trace_schedule; zeros in other kernels):
+  int32_t iterations, sk0, sk1, stages, dp_tiles, tiles, col_tiles, unused;
 };
 
 constexpr int kCtaTraceCapacity = 8192;  // CTAs a launch recorded (the persistent grids hold 132-528)
@@ -69,6 +71,18 @@ __device__ __forceinline__ void cta_trace_end() {
   ChordCtaRecord& r = chord_cta_trace[cta];
   atomicMax(reinterpret_cast<unsigned long long*>(&r.clock_end), (unsigned long long)clock64());
   atomicMax(reinterpret_cast<unsigned long long*>(&r.time_end), (unsigned long long)global_timer_ns());
+}
+
+// A stream-K kernel's CTA notes its share of the work (StreamKWork): the host lines the CTAs'
+// times up with it (segments, split tiles, row tiles) without re-deriving the device's row-tile
+// count. Called by thread 0 under #ifdef CHORD_CTA_TRACE (the traced build defines it).
+template <class Work>
+__device__ __forceinline__ void cta_trace_schedule(const Work& w, int row_tiles) {
+  const int64_t cta = cta_linear_index();
+  if (threadIdx.x != 0 || cta >= kCtaTraceCapacity) return;
+  ChordCtaRecord& r = chord_cta_trace[cta];
+  r.iterations = w.iterations(), r.sk0 = w.sk0, r.sk1 = w.sk1, r.stages = w.stages, r.dp_tiles = w.dp_tiles;
+  r.tiles = row_tiles * w.col_tiles, r.col_tiles = w.col_tiles;
 }
 
 }  // namespace chord

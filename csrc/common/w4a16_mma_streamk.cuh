@@ -57,6 +57,9 @@ struct MmaStreamK {
     const int tid = threadIdx.x, my_row = tid / kThreadsPerRow, my_chunk = tid % kThreadsPerRow;
     const StreamKWork w(Rows::count(p), (p.n + kRows - 1) / kRows, p.k / STAGE_K, p.k, kMmaWholeTiles);
     const int iterations = w.iterations();
+#ifdef CHORD_CTA_TRACE
+    cta_trace_schedule(w, Rows::count(p));
+#endif
     if (iterations == 0) return;
 
     // Loader: its walk, the row tiles' indices (the next one's in flight), and the copy sources

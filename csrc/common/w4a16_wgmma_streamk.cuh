@@ -48,6 +48,9 @@ struct WgmmaStreamK {
   __device__ static void run(const MoeParams& p) {
     Smem& sm = Tile::smem();
     const StreamKWork w(Rows::count(p), (p.n + kRows - 1) / kRows, p.k / Tile::kStageK, p.k, kWgmmaWholeTiles);
+#ifdef CHORD_CTA_TRACE
+    cta_trace_schedule(w, Rows::count(p));
+#endif
     if (w.iterations() == 0) return;  // uniform per CTA, before any barrier
     Tile::init_barriers(sm, 2 * kProducerThreads);
     // 4 consumer warpgroups (104 registers a thread, 32 of them accumulators): the consumers read

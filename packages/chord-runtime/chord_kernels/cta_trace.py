@@ -10,7 +10,8 @@ the normal build is untouched). Then::
     traces = cta_trace.read_all()  # {kernel symbol: [CtaRecord, ...]}, launched CTAs only
     print(cta_trace.format_summary(traces))
 
-A kernel keeps one record per CTA index, so read after the call of interest and before the next
+The stream-K kernels also note each CTA's share of their schedule (``CtaRecord.segments``,
+``work``). A kernel keeps one record per CTA index, so read after the call of interest and before the next
 launch of the same kernel. Why it exists: ncu gives the SMs' balance (min / avg / max active
 cycles) but not which CTAs were slow; a stream-K launch gives each CTA its own run, and lining
 the CTAs' durations up with their runs says whether the spread is the work or the SM.
@@ -25,7 +26,10 @@ from statistics import mean, pstdev
 from .jit.launch import _launcher, loaded_kernels
 
 GLOBAL_NAME = "chord_cta_trace"  # cta_trace.cuh: extern "C" __device__ ChordCtaRecord[kCtaTraceCapacity]
-_RECORD = struct.Struct("<IIQQQQ")  # smid, valid, clock_start, clock_end, time_start, time_end
+# smid, valid, clock_start, clock_end, time_start, time_end, then the stream-K schedule's notes
+# (zeros outside the stream-K kernels): iterations, sk0, sk1, stages, dp_tiles, tiles, col_tiles, unused
+_RECORD = struct.Struct("<IIQQQQ8i")
+SCHEDULE_FIELDS = ("iterations", "sk0", "sk1", "stages", "dp_tiles", "tiles", "col_tiles")
 
 
 @dataclass(frozen=True)
@@ -36,10 +40,42 @@ class CtaRecord:
     clock_end: int  # its last warp's end
     start_ns: int  # %globaltimer: comparable across SMs (coarse ticks)
     end_ns: int
+    # The stream-K schedule of the CTA (streamk_schedule.cuh StreamKWork; zeros elsewhere): its
+    # iterations, its stream-K run [sk0, sk1), K iterations a tile, the whole tiles before the
+    # stream-K part, tiles in all, column tiles a row tile.
+    iterations: int = 0
+    sk0: int = 0
+    sk1: int = 0
+    stages: int = 0
+    dp_tiles: int = 0
+    tiles: int = 0
+    col_tiles: int = 0
 
     @property
     def cycles(self) -> int:
         return max(self.clock_end - self.clock_start, 0)
+
+    def segments(self, grid: int) -> list[tuple[int, int, int]]:
+        """(tile, first stage, end stage) of the CTA's work in order: its whole tiles (c, c + grid,
+        ... below dp_tiles), then its stream-K run (first and last tiles possibly partial)."""
+        if not self.stages:
+            return []
+        out = [(t, 0, self.stages) for t in range(self.cta, self.dp_tiles, grid)]
+        g = self.sk0
+        while g < self.sk1:
+            tile = g // self.stages
+            end = min(self.sk1, (tile + 1) * self.stages)
+            out.append((tile, g - tile * self.stages, end - tile * self.stages))
+            g = end
+        return out
+
+    def work(self, grid: int) -> dict[str, int]:
+        """What the CTA's time may depend on besides its iterations: its segments (each an
+        epilogue or a partial), the split tiles among them, and the row tiles it reads."""
+        segs = self.segments(grid)
+        return {"iterations": self.iterations, "segments": len(segs),
+                "split": sum(1 for _, s0, s1 in segs if s1 - s0 < self.stages),
+                "row_tiles": len({t // self.col_tiles for t, _, _ in segs}) if self.col_tiles else 0}
 
 
 def parse(raw: bytes) -> list[CtaRecord]:
@@ -47,9 +83,9 @@ def parse(raw: bytes) -> list[CtaRecord]:
     if len(raw) % _RECORD.size:
         raise ValueError(f"{GLOBAL_NAME}: {len(raw)} bytes is not a whole number of {_RECORD.size}-byte records")
     out = []
-    for cta, (sm, valid, c0, c1, t0, t1) in enumerate(_RECORD.iter_unpack(raw)):
+    for cta, (sm, valid, c0, c1, t0, t1, *schedule) in enumerate(_RECORD.iter_unpack(raw)):
         if valid:
-            out.append(CtaRecord(cta, sm, c0, c1, t0, t1))
+            out.append(CtaRecord(cta, sm, c0, c1, t0, t1, *schedule[:len(SCHEDULE_FIELDS)]))
     return out
 
 
@@ -135,22 +171,36 @@ def to_json(traces: dict[str, list[CtaRecord]]) -> dict:
         t0 = min(r.start_ns for r in rs)
         out[symbol] = {"cta": [r.cta for r in rs], "sm": [r.sm for r in rs],
                        "clock_start": [r.clock_start for r in rs], "clock_end": [r.clock_end for r in rs],
-                       "start_ns": [r.start_ns - t0 for r in rs], "end_ns": [r.end_ns - t0 for r in rs]}
+                       "start_ns": [r.start_ns - t0 for r in rs], "end_ns": [r.end_ns - t0 for r in rs],
+                       **{f: [getattr(r, f) for r in rs] for f in SCHEDULE_FIELDS}}
     return out
+
+
+_COLUMNS = ("cta", "sm", "clock_start", "clock_end", "start_ns", "end_ns") + SCHEDULE_FIELDS
 
 
 def from_json(data: dict) -> dict[str, list[CtaRecord]]:
     """to_json's inverse."""
-    return {symbol: [CtaRecord(*row) for row in zip(cols["cta"], cols["sm"], cols["clock_start"], cols["clock_end"],
-                                                     cols["start_ns"], cols["end_ns"], strict=True)]
+    return {symbol: [CtaRecord(*row) for row in zip(*(cols[c] for c in _COLUMNS), strict=True)]
             for symbol, cols in data.items()}
 
 
-def index_profile(records: list[CtaRecord], bins: int = 12) -> list[tuple[int, int, int]]:
-    """Mean CTA cycles over consecutive CTA-index ranges: (first CTA, last CTA, mean cycles). A
+def index_profile(records: list[CtaRecord], bins: int = 12) -> list[tuple[int, int, int, float]]:
+    """Over consecutive CTA-index ranges: (first CTA, last CTA, mean cycles, mean iterations). A
     stream-K run is a contiguous range of the work in CTA order, so work that costs more per
     iteration shows as a range of slow CTAs; an SM effect does not."""
     rs = sorted(records, key=lambda r: r.cta)
     size = -(-len(rs) // bins)
-    return [(chunk[0].cta, chunk[-1].cta, round(mean(r.cycles for r in chunk)))
+    return [(chunk[0].cta, chunk[-1].cta, round(mean(r.cycles for r in chunk)),
+             round(mean(r.iterations for r in chunk), 1))
             for chunk in (rs[i:i + size] for i in range(0, len(rs), size))]
+
+
+def by_work(records: list[CtaRecord]) -> list[tuple[tuple[int, int, int, int], int, int]]:
+    """CTAs grouped by their work (iterations, segments, split tiles, row tiles): (work, CTAs,
+    mean cycles), most CTAs first. Equal work at unequal cycles is the SMs (or the data)."""
+    grid = len(records)
+    groups: dict[tuple[int, int, int, int], list[int]] = {}
+    for r in records:
+        groups.setdefault(tuple(r.work(grid).values()), []).append(r.cycles)
+    return sorted(((w, len(c), round(mean(c))) for w, c in groups.items()), key=lambda g: -g[1])

@@ -47,10 +47,11 @@ class KernelSpec:
         body = f"  {self.body}<{targs}>::run(chord::moe_params(params));\n"
         if self.trace:
             body = f"  chord::cta_trace_begin();\n{body}  chord::cta_trace_end();\n"
+        # Traced: the stamps' header first, and the macro that turns on the stream-K schedules'
+        # notes (cta_trace_schedule) in the body's headers.
+        trace = '#define CHORD_CTA_TRACE 1\n#include "common/cta_trace.cuh"\n' if self.trace else ""
         return (
-            f'#include "{self.header}"\n'
-            + ('#include "common/cta_trace.cuh"\n' if self.trace else "")
-            + "\n"
+            f'{trace}#include "{self.header}"\n\n'
             f'extern "C" __global__ void {cluster}__launch_bounds__({self.threads}, {self.min_blocks_per_sm})\n'
             f"{self.symbol}(const __grid_constant__ {self.params_type} params) {{\n"
             f"{body}"
