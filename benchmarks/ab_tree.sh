@@ -7,16 +7,34 @@
 #   bash benchmarks/ab_tree.sh 81d098a        # -> old:PYTHONPATH=.ab/81d098a/...:CHORD_CSRC_DIR=...
 #   bash benchmarks/sweep.sh --scenarios tp8 --tokens 2048 -- new "$(bash benchmarks/ab_tree.sh 81d098a old)"
 #
+# A candidate kept as a patch (benchmarks/results/sweeps/*/*.diff, against csrc/ and chord_kernels/):
+#
+#   bash benchmarks/ab_tree.sh HEAD v46 --patch benchmarks/results/sweeps/2026-12-04_v46_trailing_warpgroup/v46.diff
+#
+# extracts REV afresh into .ab/LABEL and applies the patch there (the tree for ncu_ab.sh: v46=.ab/v46).
 # The sweep log names the chord_kernels each config imported, so a config that silently fell
-# back to the installed package shows.
+# back to the installed package shows. AB_ROOT moves .ab (tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REV=${1:?usage: ab_tree.sh REV [LABEL]}
+REV=${1:?usage: ab_tree.sh REV [LABEL] [--patch FILE]}
 LABEL=${2:-$REV}
-if [[ -d .ab/$REV ]]; then DIR=.ab/$REV  # already extracted (the device copy has no .git)
-else DIR=.ab/$(git rev-parse --short "$REV"); fi
-if [[ ! -d $DIR ]]; then
-  mkdir -p "$DIR"
+PATCH=""
+if [[ $# -ge 3 ]]; then
+  [[ $3 == --patch && $# -eq 4 ]] || { echo "usage: ab_tree.sh REV [LABEL] [--patch FILE]" >&2; exit 2; }
+  PATCH=$(realpath "$4")
+fi
+ROOT=${AB_ROOT:-.ab}
+if [[ -n $PATCH ]]; then
+  DIR=$ROOT/$LABEL
+  rm -rf "$DIR" && mkdir -p "$DIR"
   git archive "$REV" csrc packages/chord-runtime/chord_kernels | tar -x -C "$DIR"
+  (cd "$DIR" && git apply "$PATCH") || { echo "ab_tree.sh: $4 does not apply to $REV" >&2; exit 3; }
+else
+  if [[ -d $ROOT/$REV ]]; then DIR=$ROOT/$REV  # already extracted (the device copy has no .git)
+  else DIR=$ROOT/$(git rev-parse --short "$REV"); fi
+  if [[ ! -d $DIR ]]; then
+    mkdir -p "$DIR"
+    git archive "$REV" csrc packages/chord-runtime/chord_kernels | tar -x -C "$DIR"
+  fi
 fi
 echo "$LABEL:PYTHONPATH=$DIR/packages/chord-runtime:CHORD_CSRC_DIR=$DIR/csrc"
