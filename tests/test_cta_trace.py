@@ -8,7 +8,7 @@ import json
 import struct
 
 import pytest
-from chord_kernels import _launcher, cta_trace
+from chord_kernels import _launcher, cta_trace, dispatch
 from chord_kernels.dispatch import indexed_simple
 from chord_kernels.jit import compiler, launch
 
@@ -40,11 +40,18 @@ def test_the_environment_switch_loads_the_traced_build(monkeypatch):
     assert launch.load_kernel(SPEC, 0) == TRACED
 
 
-def test_traced_kernel_compiles_with_its_records_global(tmp_path, monkeypatch, real_nvcc):
+# The stream-K kernels note their schedule in the traced build (#ifdef CHORD_CTA_TRACE in their
+# headers): both tiles, both families, compiled that way too.
+STREAM_K = (dispatch.indexed_mma_streamk(2, 1, 256, 3), dispatch.indexed_wgmma_streamk(2, 56, 8),
+            dispatch.grouped_mma_streamk("contiguous_offsets", 4, 1, 128, 64, 3))
+
+
+@pytest.mark.parametrize("spec", [SPEC] + [launch.spec for launch in STREAM_K], ids=lambda s: s.family)
+def test_traced_kernel_compiles_with_its_records_global(spec, tmp_path, monkeypatch, real_nvcc):
     monkeypatch.setenv("CHORD_CACHE_DIR", str(tmp_path))
-    cubin = compiler.compile_kernel(TRACED).read_bytes()
+    cubin = compiler.compile_kernel(dataclasses.replace(spec, trace=True)).read_bytes()
     assert cta_trace.GLOBAL_NAME.encode() + b"\0" in cubin  # the ELF symbol cuModuleGetGlobal looks up
-    assert cta_trace.GLOBAL_NAME.encode() not in compiler.compile_kernel(SPEC).read_bytes()
+    assert cta_trace.GLOBAL_NAME.encode() not in compiler.compile_kernel(spec).read_bytes()
 
 
 def test_the_launcher_reads_and_zeroes_module_globals():
