@@ -615,6 +615,7 @@ def _prepare_grouped(backend, opts, handle, routing, point, proj, rec, device):
 
 def _measure(backend, opts, handle, wp, ws, routing, point, proj, rec, device, settle_s: float = 0.0) -> None:
     call = a = None
+    started = time.perf_counter()  # the point's wall time (point_s; check_s: the reference check)
     try:
         prepare = _prepare_grouped if S.family_of(backend.path) == "grouped" else _prepare_indexed
         a, call, routes, experts, top_k = prepare(backend, opts, handle, routing, point, proj, rec, device)
@@ -630,9 +631,11 @@ def _measure(backend, opts, handle, wp, ws, routing, point, proj, rec, device, s
             single_ms = event_time_ms(call.fn)
         if rec["rows"] is not None and routes.numel() != rec["rows"]:
             raise RuntimeError(f"routing file says {rec['rows']} kept routes, recomputed {routes.numel()}")
+        t_check = time.perf_counter()
         ref = reference_rows(a, wp, ws, routes, experts, top_k)
         rel = relative_error(call.out, routes, ref)
         del ref
+        rec["check_s"] = round(time.perf_counter() - t_check, 3)
         rec["rel_err"] = clean_float(rel)
         rec["check"] = "ok" if rel <= REL_ERR_TOL else ("nan" if math.isnan(rel) else "fail")
         trace_ctas(call.fn, device, rec)
@@ -654,6 +657,7 @@ def _measure(backend, opts, handle, wp, ws, routing, point, proj, rec, device, s
         traceback.print_exc()
     finally:
         del call, a  # free the output buffer (up to 7.5 GB) before the next point
+        rec["point_s"] = round(time.perf_counter() - started, 3)
 
 
 @functools.cache

@@ -359,6 +359,7 @@ def test_chord_side_end_to_end_on_cpu(tiny):
     for rec in pts:
         assert rec["status"] == "ok", rec
         assert rec["check"] == "ok" and rec["rel_err"] <= common.REL_ERR_TOL
+        assert 0 <= rec["check_s"] <= rec["point_s"]  # where a grid run's minutes go
         meta = common.load_routing(tiny["routing"], S.Point(rec["scenario"], rec["dist"], rec["tokens"]))["meta"]
         assert rec["us"] == 12.5 and rec["block_m"] == dispatch.indexed_block_m(rec["valid_shape_m"], rec["num_experts"], rec["n"], rec["k"])
         assert rec["rows"] == meta["routes_kept"] and rec["experts_touched"] == meta["experts_touched"]
