@@ -459,3 +459,33 @@ def test_grouped_layout_ab_needs_a_gpu_and_says_so(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         grouped_layout_ab.main(["--case", "64,256,8,4"])
+
+
+def _humming_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    common.add_bench_args(parser, default_out="h.json")
+    parser.add_argument("--prewarm", type=int, default=0)
+    return parser.parse_args(["--routing-dir", "R", *argv])
+
+
+def test_humming_prewarm_covers_every_group_of_the_run(capsys):
+    """bench_humming --prewarm compiles the tuning table of each (path, scenario, projection) the
+    timed side will prepare, and a failed group is reported, not fatal."""
+    from benchmarks import bench_humming
+
+    grouped = _humming_args("--family", "grouped", "--scenarios", "ep8,ep32", "--tokens", "8,2048")
+    assert bench_humming.prewarm_groups(grouped) == [
+        (path, scn, proj) for scn in ("ep8", "ep32") for proj in S.PROJECTIONS for path in S.GROUPED_PATHS]
+    indexed = _humming_args("--scenarios", "tp8", "--projections", "down")
+    assert bench_humming.prewarm_groups(indexed) == [("indexed", "tp8", "down")]
+
+    seen = []
+
+    def fake(group, seed, levels):
+        seen.append((group, seed, levels))
+        return 1.5, ("RuntimeError: boom" if group[1] == "ep32" else None)
+
+    assert bench_humming.prewarm(grouped, 1, run_group=fake) == 2 * len(S.PROJECTIONS)
+    assert [s[0] for s in seen] == bench_humming.prewarm_groups(grouped) and seen[0][1:] == (0, 16)
+    out = capsys.readouterr().out
+    assert "prewarm grouped_contiguous/ep8/gate_up: 1.5 s" in out and "FAILED RuntimeError: boom" in out
