@@ -328,7 +328,7 @@ def prewarm(args, jobs: int, run_group=_prewarm_group) -> int:
         import multiprocessing
 
         with multiprocessing.get_context("spawn").Pool(min(jobs, len(work))) as pool:
-            results = pool.starmap(run_group, work)
+            results = pool.starmap(run_group, work, chunksize=1)  # a group a task: the slow ones spread
     for group, (seconds, error) in zip(groups, results, strict=True):
         print(f"[humming] prewarm {'/'.join(group)}: {seconds:.1f} s" + (f" FAILED {error}" if error else ""),
               flush=True)
