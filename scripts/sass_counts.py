@@ -15,6 +15,7 @@ ships in the triton wheel: triton/backends/nvidia/bin/). Why it exists: the v21 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import re
 import subprocess
 import tempfile
@@ -65,7 +66,9 @@ def compile_cubin(expr: str, workdir: Path, csrc: Path | None = None):
     """(spec, cubin, nvcc's completed process) of a dispatch expression's kernel, built with the
     JIT's own flags (the cubin the GPU runs; the flags include -lineinfo) from ``csrc``."""
     spec = eval(expr, vars(dispatch)).spec  # a dispatch expression from the command line
-    src = workdir / f"{spec.symbol}{'_trace' if spec.trace else ''}.cu"  # the traced build shares the symbol
+    # One file per spec, not per symbol: variants of one kernel (a traced build, another occupancy
+    # bound) share the symbol and are compiled side by side in one work folder.
+    src = workdir / f"{spec.symbol}_{hashlib.sha1(repr(spec).encode()).hexdigest()[:10]}.cu"
     src.write_text(spec.source())
     cubin = src.with_suffix(".cubin")
     res = subprocess.run(["nvcc", "-cubin", *compiler.compile_flags(spec, csrc or csrc_dir()), "-Xptxas", "-v",
