@@ -308,9 +308,12 @@ CTA_TRACE_FLUSH_BYTES = 256 * 1024 * 1024
 
 
 def trace_ctas(fn: Callable[[], Any], device: torch.device, rec: dict[str, Any]) -> None:
-    if not os.environ.get("CHORD_CTA_TRACE") or "chord_kernels" not in sys.modules:
+    if "chord_kernels" not in sys.modules:  # the Humming process
         return
-    from chord_kernels import cta_trace
+    from chord_kernels import cta_trace, env
+
+    if not env.flag(env.CTA_TRACE):  # the switch as the kernels' loader reads it
+        return
 
     torch.empty(CTA_TRACE_FLUSH_BYTES, dtype=torch.int8, device=device).zero_()
     cta_trace.clear_all()
