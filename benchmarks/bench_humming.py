@@ -295,8 +295,7 @@ def prewarm_groups(args) -> list[tuple[str, str, str]]:
     """(path, scenario, projection) of every group the side will prepare, in run order."""
     opts = common.options_from_args(args)
     paths = ("indexed",) if opts.family == "indexed" else common.family_paths(args)
-    scenarios = dict.fromkeys(point.scenario for point in opts.points)
-    return [(path, scn, proj) for scn in scenarios for proj in opts.projections for path in paths]
+    return [(paths[bi], scn, proj) for scn, proj, bi in common.side_groups(opts, len(paths))]
 
 
 def _prewarm_group(group: tuple[str, str, str], seed: int, levels: int) -> tuple[float, str | None]:

@@ -498,11 +498,7 @@ def run_side(backend: Backend | list[Backend], opts: Options) -> Path:
                                          gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                                          torch=torch.__version__, cuda=torch.version.cuda,
                                          started=time.strftime("%Y-%m-%dT%H:%M:%S")))
-    groups: dict[tuple[str, str, int], list[S.Point]] = {}
-    for point in opts.points:
-        for proj in opts.projections:
-            for bi in range(len(backends)):
-                groups.setdefault((point.scenario, proj, bi), []).append(point)
+    groups = side_groups(opts, len(backends))
     t_start = time.monotonic()
 
     def deadline_for(groups_left: int) -> float:
@@ -519,6 +515,17 @@ def run_side(backend: Backend | list[Backend], opts: Options) -> Path:
                    functools.partial(deadline_for, groups_left), device)
     print(f"[{first.side}] done in {time.monotonic() - t_start:.0f} s -> {opts.out}", flush=True)
     return opts.out
+
+
+def side_groups(opts: Options, n_backends: int) -> dict[tuple[str, str, int], list[S.Point]]:
+    """A side's groups in run order, (scenario, projection, backend index) -> its points: each
+    group is one weight preparation (and for Humming one tuning table)."""
+    groups: dict[tuple[str, str, int], list[S.Point]] = {}
+    for point in opts.points:
+        for proj in opts.projections:
+            for bi in range(n_backends):
+                groups.setdefault((point.scenario, proj, bi), []).append(point)
+    return groups
 
 
 def _log(side: str, rec: dict[str, Any]) -> None:

@@ -75,7 +75,8 @@ __device__ __forceinline__ void cta_trace_end() {
 
 // A stream-K kernel's CTA notes its share of the work (StreamKWork): the host lines the CTAs'
 // times up with it (segments, split tiles, row tiles) without re-deriving the device's row-tile
-// count. Called by thread 0 under #ifdef CHORD_CTA_TRACE (the traced build defines it).
+// count. Every thread calls it (row_tiles may be warp-collective), thread 0 writes; under
+// #ifdef CHORD_CTA_TRACE (the traced build defines it).
 template <class Work>
 __device__ __forceinline__ void cta_trace_schedule(const Work& w, int row_tiles) {
   const int64_t cta = cta_linear_index();
