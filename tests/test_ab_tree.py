@@ -26,7 +26,7 @@ def test_patched_tree(tmp_path):
     tree = tmp_path / "ab" / "cand"
     assert res.stdout.strip() == f"cand:PYTHONPATH={tree}/packages/chord-runtime:CHORD_CSRC_DIR={tree}/csrc"
     assert first_line(tree / "csrc" / "common" / "tail_split.cuh") == "// patched by the test"
-    assert (tree / "packages" / "chord-runtime" / "chord_kernels" / "dispatch.py").is_file()
+    assert (tree / "packages" / "chord-runtime" / "chord_kernels" / "dispatch" / "__init__.py").is_file()
     # A second run starts from a fresh copy (the patch applies again), and a patch that does not
     # apply is an error that names it.
     assert ab_tree(tmp_path, "HEAD", "cand", "--patch", str(patch)).returncode == 0

@@ -596,7 +596,7 @@ def test_grouped_tall_tile_where_it_is_weighed_and_paired():
 
 def test_grouped_pair_is_reported(monkeypatch, capsys):
     monkeypatch.setenv("CHORD_PRINT_CONFIGS", "1")
-    monkeypatch.setattr(dispatch, "_reported", set())
+    monkeypatch.setattr(dispatch.report, "_reported", set())
     dispatch.select_grouped(GroupedProblem("contiguous_offsets", 4096, 7168, 24, 683, 64))
     err = capsys.readouterr().err
     assert "BN=240" in err and "; paired with " in err and "(the device picks)" in err, err
@@ -664,3 +664,16 @@ def test_wide_decode_whole_fill_mirrors_the_device_rule():
     text = (csrc_dir() / "common" / "streamk_schedule.cuh").read_text()
     eighths, max_waves = map(int, re.search(r"kMmaWholeTiles\{(\d+), (\d+)\}", text).groups())
     assert (eighths / 8, max_waves) == (dispatch.MMA_WHOLE_FILL, 0)
+
+
+def test_grouped_family_rule_is_patchable_where_grouped_launch_reads_it(monkeypatch):
+    """The grouped GPU tests force every tile onto the wgmma stream-K schedule by patching the rule
+    in chord_kernels.dispatch.grouped (tests/gpu/test_grouped_gpu.py, tile_family): the patch must
+    reach select_grouped, or those tests would silently run the dispatch's own choice."""
+    from chord_kernels.dispatch import grouped
+
+    problem = GroupedProblem("contiguous_offsets", 4096, 7168, 48, 3, 64)
+    assert dispatch.select_grouped(problem).spec.family == "grouped_mma_sk"
+    monkeypatch.setattr(grouped, "auto_tile_family", lambda rows, k: "wgmma_sk")
+    monkeypatch.setattr(grouped, "mid_batch_family", lambda rows, n, k: None)
+    assert dispatch.select_grouped(problem).spec.family == "grouped_wgmma_sk"

@@ -15,12 +15,14 @@ POISON = float("nan")
 @pytest.fixture(params=["auto", "wgmma_sk"], autouse=True)
 def tile_family(request, monkeypatch):
     """Every test runs with the dispatch's choice, and again with every tile forced onto the wgmma
-    tile's stream-K schedule (grouped dispatch takes no env override: the test patches its rule)."""
-    from chord_kernels import dispatch, ops
+    tile's stream-K schedule (grouped dispatch takes no env override: the test patches its rule
+    where grouped_launch reads it, the module chord_kernels.dispatch.grouped)."""
+    from chord_kernels import ops
+    from chord_kernels.dispatch import grouped
 
     if request.param != "auto":
-        monkeypatch.setattr(dispatch, "auto_tile_family", lambda rows, k: request.param)
-        monkeypatch.setattr(dispatch, "mid_batch_family", lambda rows, n, k: None)
+        monkeypatch.setattr(grouped, "auto_tile_family", lambda rows, k: request.param)
+        monkeypatch.setattr(grouped, "mid_batch_family", lambda rows, n, k: None)
         monkeypatch.setattr(ops, "_grouped_plans", {})
     return request.param
 

@@ -1,0 +1,248 @@
+"""The indexed family (vLLM's moe_align_block_size routing): its kernels, the decode rules that
+need the call's route count, the family each routing block runs, and every launch it can pick."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import env
+from ..jit.kernel import DEFAULT_ARCH, KernelSpec
+from ..layouts import BLOCK_K_BY_MODE
+from .blocks import INDEXED_BLOCK_M_CHOICES
+from .launch import (
+    H200_SMS,
+    MAX_CTAS_PER_SM,
+    SMEM_PER_SM,
+    Launch,
+    loop_targs,
+    mma_launch,
+    resident_ctas,
+    streamk_launch,
+    wgmma_launch,
+    wgmma_streamk_launch,
+)
+from .report import report_choice
+from .shapes import (
+    MID_BATCH_STREAMK_MAX_ROWS,
+    WGMMA_MIN_K,
+    apply_tuning,
+    auto_tile_family,
+    is_mid_batch_tile,
+    mma_shape,
+    parse_tuning,
+    streamk_shape,
+    wgmma_shape,
+    wgmma_streamk_shape,
+)
+
+INDEXED_FAMILIES = ("auto", "mma_sk", "wgmma_sk", "mma", "wgmma", "simple")
+
+
+@dataclass(frozen=True)
+class IndexedProblem:
+    n: int
+    k: int
+    num_experts: int
+    top_k: int
+    block_m: int  # routing block size used by moe_align_block_size
+    num_routes: int = 0  # M x top_k of the call: at most this many routed rows (0: not known)
+
+
+def indexed_simple(arch: str = DEFAULT_ARCH) -> Launch:
+    """FP32-FMA kernel: the slow, obviously-correct baseline (kept for cross-checking)."""
+    spec = KernelSpec(family="indexed_simple", header="indexed/w4a16_indexed_simple.cuh",
+                      body="chord::IndexedSimple", params_type="chord::MoeParams",
+                      template_args=(("BLOCK_K", BLOCK_K_BY_MODE["indexed"]),), threads=128, arch=arch)
+    return Launch(spec, rows_per_cta=16, cols_per_cta=64)
+
+
+def indexed_mma_streamk(nt: int, tt: int, stage_k: int, stages: int = 3, arch: str = DEFAULT_ARCH) -> Launch:
+    """Indexed routing on the mma tile, stream-K schedule."""
+    return streamk_launch("indexed_mma_sk", "indexed/w4a16_indexed_mma.cuh", "chord::IndexedMmaStreamK",
+                          (("NT", nt), ("TT", tt), ("STAGE_K", stage_k), ("STAGES", stages)), nt, tt, stage_k,
+                          stages, arch)
+
+
+def indexed_mma(nt: int, tt: int, stage_k: int, stages: int = 3, arch: str = DEFAULT_ARCH) -> Launch:
+    """Indexed routing on the mma tile (csrc/indexed/w4a16_indexed_mma.cuh)."""
+    return mma_launch("indexed_mma", "indexed/w4a16_indexed_mma.cuh", "chord::IndexedMma",
+                      (("NT", nt), ("TT", tt), ("STAGE_K", stage_k), ("STAGES", stages)),
+                      nt, tt, stage_k, stages, arch)
+
+
+def indexed_wgmma(wm: int, bn: int, stages: int, arch: str = DEFAULT_ARCH, cwg: int = 2, loop: bool = False) -> Launch:
+    """Indexed routing on the wgmma tile: whole tiles on at most one CTA an SM (2 consumer
+    warpgroups, or 4 with ``loop``), else one CTA per tile."""
+    targs = (("WM", wm), ("BN", bn), ("STAGES", stages), ("CWG", cwg)) + loop_targs(loop, cwg)
+    return wgmma_launch("indexed_wgmma", "indexed/w4a16_indexed_mma.cuh", "chord::IndexedWgmma", targs, wm, bn,
+                        stages, arch, cwg, loop=loop)
+
+
+def indexed_wgmma_streamk(wm: int, bn: int, stages: int, arch: str = DEFAULT_ARCH, cwg: int = 2) -> Launch:
+    """Indexed routing on the wgmma tile, stream-K schedule."""
+    return wgmma_streamk_launch("indexed_wgmma_sk", "indexed/w4a16_indexed_mma.cuh", "chord::IndexedWgmmaStreamK",
+                                (("WM", wm), ("BN", bn), ("STAGES", stages), ("CWG", cwg)), wm, bn, stages, arch,
+                                cwg)
+
+
+def choose_indexed_mma(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
+    cfg = apply_tuning(mma_shape(problem.n, problem.k, problem.block_m), problem.k, tuning)
+    return indexed_mma(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
+
+
+def decode_tiles(problem: IndexedProblem, launch: Launch) -> int | None:
+    """The most tiles ``launch`` can have for the call: every routing block it can have (at most
+    routes / block_m full ones plus one partial an expert with routes) times the block's tiles;
+    None when the route count is not known."""
+    routes = problem.num_routes
+    if not routes:
+        return None
+    blocks = min(routes, routes // problem.block_m + min(problem.num_experts, routes))
+    return blocks * launch.ctas_per_block(problem) * -(-problem.n // launch.cols_per_cta)
+
+
+# A launch whose tiles cannot fill the resident CTAs (TP8 down at T=1: 8 routes x 28 tiles of 256
+# weight rows for 396 CTAs) takes 128 weight rows a tile on short K: twice the tiles, every CTA busy
+# (ncu, base clock: TP8 T=1 down 10.7 -> 9.75 µs; from T=8, 1792+ tiles, NT 4 stays: NT 2 +10-17 %,
+# benchmarks/results/sweeps/2026-12-03_v36_tp8_t1_nt2/).
+def one_wave_decode(problem: IndexedProblem, launch: Launch, sms: int = H200_SMS) -> bool:
+    """Every routing block the call can have fits its tiles in ``launch``'s resident CTAs."""
+    tiles = decode_tiles(problem, launch)
+    return tiles is not None and tiles < resident_ctas(launch, sms)
+
+
+# A launch with at most half as many tiles as resident CTAs splits every tile over 2+ CTAs (TP8
+# gate_up at T=1: 32 tiles of 28 stages, ~12 CTAs a tile). A 4-deep ring (2 CTAs an SM where 3
+# stages fit 3) makes a third fewer CTAs and so fewer contributors a split tile, each with a
+# longer run (ncu, base clock, v39: TP8 gate_up T=1 -13.8 %, T=2 -9.2 %, T=4 -7.1 %; at T=8, 256
+# tiles, +1.2 %; EP8 T=2/4 +3 to +6 %, which the host cannot tell from EP8 T=1's -10 %: its local
+# routes are unknown, so it keeps 3, benchmarks/results/sweeps/2026-12-03_v39_decode_stages/).
+FEW_TILES_STAGES = 4
+
+
+def few_tiles_decode(problem: IndexedProblem, launch: Launch, sms: int = H200_SMS) -> bool:
+    """``launch``'s tiles (decode_tiles) are at most half its resident CTAs."""
+    tiles = decode_tiles(problem, launch)
+    return tiles is not None and 2 * tiles <= resident_ctas(launch, sms)
+
+
+# 16-row blocks on the short-K 256-row tile (TP8 down at T=512, K=256: 2 stages a tile) run a
+# one-tile ring, 2 stages, which frees the registers for 3 CTAs an SM instead of 2 (168 a thread,
+# STREAMK_CTAS_PER_SM): 12 warps an SM hide the stage's latency chain better than a deeper ring
+# (ncu ABBA on the H200, indexed-kernels.md v45: TP8 T=512 down -8.0 / -8.4 %, skewed -7.7 %, at
+# base and boost clock).
+ONE_TILE_RING = {"NT": 4, "TT": 2, "STAGE_K": 128}
+
+
+def choose_indexed_mma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
+    cfg = apply_tuning(streamk_shape(problem.n, problem.k, problem.block_m), problem.k, tuning)
+    tuned = parse_tuning(tuning)
+    ring = cfg["STAGES"]  # streamk_shape's (or the override's) ring, for the NT 2 fallback below
+    if "STAGES" not in tuned and all(cfg[key] == v for key, v in ONE_TILE_RING.items()) and problem.k < WGMMA_MIN_K:
+        cfg["STAGES"] = 2
+    launch = indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
+    if cfg["NT"] == 4 and problem.k < WGMMA_MIN_K and "NT" not in tuned and one_wave_decode(problem, launch):
+        cfg["NT"], cfg["STAGES"] = 2, ring  # the one-tile ring is the 256-row tile's (ONE_TILE_RING)
+        launch = indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
+    if "STAGES" not in tuned and few_tiles_decode(problem, launch):
+        deeper = indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], FEW_TILES_STAGES, arch=arch)
+        if deeper.smem_bytes + 1024 <= SMEM_PER_SM:  # the deeper ring fits an SM (every decode tile's does)
+            launch = deeper
+    return launch
+
+
+def choose_indexed_wgmma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
+    """Mid-batch blocks (is_mid_batch_tile) take the 512-row tile with 4 consumer warpgroups
+    (wgmma_shape), the rest wgmma_streamk_shape's 2-warpgroup tile."""
+    if is_mid_batch_tile(problem.block_m, problem.n, problem.k, "indexed"):
+        shape = wgmma_shape(problem.n, problem.block_m)
+    else:
+        shape = wgmma_streamk_shape(problem.n, problem.block_m)
+    cfg = apply_tuning(shape, problem.k, tuning)
+    return indexed_wgmma_streamk(cfg["WM"], cfg["BN"], cfg["STAGES"], arch=arch, cwg=cfg["CWG"])
+
+
+def choose_indexed_wgmma(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
+    """The wgmma tile on the tile loop, 2 or 4 consumer warpgroups (the 4-warpgroup tiles since
+    v34: TP8 T=2048 gate_up, 512 x 56, -2.5 % and -2.8 % skewed against one CTA per tile)."""
+    cfg = apply_tuning(wgmma_shape(problem.n, problem.block_m), problem.k, tuning)
+    return indexed_wgmma(cfg["WM"], cfg["BN"], cfg["STAGES"], arch=arch, cwg=cfg["CWG"], loop=True)
+
+
+def indexed_family() -> str:
+    return env.get(env.INDEXED_KERNEL, "auto")
+
+
+def indexed_tuning() -> str:
+    return env.get(env.TUNING)
+
+
+def resolve_indexed_family(problem: IndexedProblem, family: str = "auto") -> str:
+    if family not in INDEXED_FAMILIES:
+        raise ValueError(f"CHORD_W4A16_INDEXED_KERNEL={family!r}; expected one of {', '.join(INDEXED_FAMILIES)}")
+    if family != "auto":
+        return family
+    if is_mid_batch_tile(problem.block_m, problem.n, problem.k, "indexed"):
+        # the 512-row tile (MID_BATCH_TILES): on the stream-K schedule, or on the tile loop
+        return "wgmma_sk" if problem.block_m <= MID_BATCH_STREAMK_MAX_ROWS else "wgmma"
+    return auto_tile_family(problem.block_m, problem.k)
+
+
+def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: str = "auto",
+                   tuning: str = "") -> Launch:
+    launch = pick_indexed(problem, arch, family, tuning)
+    report_choice(problem, launch.spec)
+    return launch
+
+
+def pick_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: str = "auto",
+                 tuning: str = "") -> Launch:
+    """select_indexed without CHORD_PRINT_CONFIGS's report (the precompile list probes hundreds
+    of problems)."""
+    family = resolve_indexed_family(problem, family)
+    if family == "simple":
+        launch = indexed_simple(arch)
+    elif family == "wgmma":
+        launch = choose_indexed_wgmma(problem, arch, tuning)
+    elif family == "mma_sk":
+        launch = choose_indexed_mma_streamk(problem, arch, tuning)
+    elif family == "wgmma_sk":
+        launch = choose_indexed_wgmma_streamk(problem, arch, tuning)
+    else:
+        launch = choose_indexed_mma(problem, arch, tuning)
+    return launch
+
+
+def indexed_profile_launches(n: int, k: int, arch: str = DEFAULT_ARCH) -> list[Launch]:
+    """Every launch the heuristic can pick for a projection shape (every routing block size)."""
+    seen: dict[str, Launch] = {}
+    # The blocks the rule asks for, plus CHORD_W4A16_BLOCK_M sizes between them (the mma tile).
+    # The decode rules (one_wave_decode, few_tiles_decode) depend on the call's block count only:
+    # with an expert a route every count up to the most resident CTAs (past it neither holds)
+    # reaches every branch; 0 is a call of unknown routes.
+    for block_m in sorted(set(INDEXED_BLOCK_M_CHOICES) | {24, 40, 48, 56}):
+        for routes in range(MAX_CTAS_PER_SM * H200_SMS + 1):
+            launch = pick_indexed(IndexedProblem(n, k, max(routes, 1), 1, block_m, routes), arch)
+            seen.setdefault(launch.spec.symbol, launch)
+    return list(seen.values())
+
+
+def indexed_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
+    """Every indexed launch the dispatch can pick for any shape (CI compiles all of them):
+    the heuristic's branches are N below/above 2048 (and 256 for the wgmma tile) and K a
+    multiple of 256 or only of 64; the mma tile at 64-row blocks and the wgmma tile at 16/32-row
+    blocks too (the family override)."""
+    seen: dict[str, Launch] = {indexed_simple(arch).spec.symbol: indexed_simple(arch)}
+    for n in (128, 512, 4096):
+        for k in (256, 320, 2048):
+            for launch in indexed_profile_launches(n, k, arch):
+                seen.setdefault(launch.spec.symbol, launch)
+            mma64 = choose_indexed_mma(IndexedProblem(n, k, 1, 1, 64), arch)
+            seen.setdefault(mma64.spec.symbol, mma64)
+            for block_m in (16, 32):  # the wgmma tile's BN 16/32 (family override)
+                small = choose_indexed_wgmma(IndexedProblem(n, k, 1, 1, block_m), arch)
+                seen.setdefault(small.spec.symbol, small)
+            for block_m in INDEXED_BLOCK_M_CHOICES:  # the wgmma tile on the stream-K schedule (family override)
+                sk = choose_indexed_wgmma_streamk(IndexedProblem(n, k, 1, 1, block_m), arch)
+                seen.setdefault(sk.spec.symbol, sk)
+    return list(seen.values())
