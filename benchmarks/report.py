@@ -415,9 +415,8 @@ def save_figure(fig, path: Path) -> Path:
     return path
 
 
-def plot(rows: list[dict], plot_dir: Path, run: dict[str, str]) -> list[Path]:
-    """docs/performance_<scenario>.png: sum latency vs T, log-log, Chord and Humming on the same
-    axes plus the larger floor, one panel per router distribution. [] without matplotlib."""
+def _pyplot():
+    """matplotlib's pyplot on the Agg backend, or None where matplotlib is not installed."""
     try:
         import matplotlib
 
@@ -425,6 +424,20 @@ def plot(rows: list[dict], plot_dir: Path, run: dict[str, str]) -> list[Path]:
         import matplotlib.pyplot as plt
     except ImportError:
         print("matplotlib not available: no plots")
+        return None
+    return plt
+
+
+# A plotted series: (side, benchmark path or None for every row, marker and line style, color, label)
+Series = tuple[str, str | None, str, str, str]
+
+
+def plot_scenarios(rows: list[dict], plot_dir: Path, run: dict[str, str], series: tuple[Series, ...],
+                   family: str = "", floor_style: str = "--", legend_size: float | None = None) -> list[Path]:
+    """docs/performance_[<family>_]<scenario>.png: sum latency vs T, log-log, each of ``series`` on
+    the same axes plus the larger floor, one panel per router distribution. [] without matplotlib."""
+    plt = _pyplot()
+    if plt is None:
         return []
     paths = []
     for scenario in dict.fromkeys(r["scenario"] for r in rows):
@@ -433,24 +446,32 @@ def plot(rows: list[dict], plot_dir: Path, run: dict[str, str]) -> list[Path]:
         fig, axes = plt.subplots(1, len(dists), figsize=(6 * len(dists), 4.5), squeeze=False)
         for ax, dist in zip(axes[0], dists, strict=True):
             drows = [r for r in srows if r["dist"] == dist]
-            for side, style in (("chord", "o-"), ("humming", "s-")):
+            for side, path, style, color, label in series:
                 pts = [(r["tokens"], r["sides"][side]["sum_us"]) for r in drows
-                       if r["sides"][side] and r["sides"][side]["sum_us"] is not None]
+                       if path in (None, r.get("path")) and r["sides"][side] and r["sides"][side]["sum_us"] is not None]
                 if pts:
-                    ax.plot(*zip(*pts, strict=True), style, label=side.capitalize())
-            fl = [(r["tokens"], r["floors"]["larger_us"]) for r in drows if r["floors"]]
-            if fl:
-                ax.plot(*zip(*fl, strict=True), "--", color="gray", label="larger floor")
+                    ax.plot(*zip(*pts, strict=True), style, color=color, label=label)
+            floor = {r["tokens"]: r["floors"]["larger_us"] for r in drows if r["floors"]}
+            if floor:
+                ax.plot(*zip(*sorted(floor.items()), strict=True), floor_style, color="gray", label="larger floor")
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_xlabel("tokens per GPU (T)")
             ax.set_ylabel("gate_up + down latency (µs)")
-            ax.set_title(f"{scenario} — {dist} routing")
+            ax.set_title(f"{scenario}{' ' + family if family else ''} — {dist} routing")
             ax.grid(True, which="both", alpha=0.3)
-            ax.legend()
-        fig.suptitle(f"Chord vs {PEER}, {run.get('gpu', '')}, {run['date']}, {run['commit']}")
-        paths.append(save_figure(fig, plot_dir / f"performance_{scenario}.png"))
+            ax.legend(fontsize=legend_size)
+        what = f", {family} family" if family else ""
+        fig.suptitle(f"Chord vs {PEER}{what}, {run.get('gpu', '')}, {run['date']}, {run['commit']}")
+        name = f"performance_{family + '_' if family else ''}{scenario}.png"
+        paths.append(save_figure(fig, plot_dir / name))
     return paths
+
+
+def plot(rows: list[dict], plot_dir: Path, run: dict[str, str]) -> list[Path]:
+    """The indexed family's plots: Chord and Humming (plot_scenarios)."""
+    return plot_scenarios(rows, plot_dir, run, (("chord", None, "o-", "C0", "Chord"),
+                                                ("humming", None, "s-", "C1", "Humming")))
 
 
 # ---------------------------------------------------------------------------------------
@@ -494,44 +515,11 @@ def render_grouped_block(rows: list[dict], ceilings: dict, sides: dict[str, dict
 
 
 def plot_grouped(rows: list[dict], plot_dir: Path, run: dict[str, str]) -> list[Path]:
-    """docs/performance_grouped_<scenario>.png: sum latency vs T (log-log), Chord and Humming on
-    both grouped paths on the same axes plus the larger floor, one panel per router."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not available: no plots")
-        return []
-    styles = {("chord", "grouped_contiguous"): ("o-", "C0"), ("humming", "grouped_contiguous"): ("s-", "C1"),
-              ("chord", "grouped_masked"): ("o--", "C0"), ("humming", "grouped_masked"): ("s--", "C1")}
-    paths = []
-    for scenario in dict.fromkeys(r["scenario"] for r in rows):
-        srows = [r for r in rows if r["scenario"] == scenario]
-        dists = list(dict.fromkeys(r["dist"] for r in srows))
-        fig, axes = plt.subplots(1, len(dists), figsize=(6 * len(dists), 4.5), squeeze=False)
-        for ax, dist in zip(axes[0], dists, strict=True):
-            drows = [r for r in srows if r["dist"] == dist]
-            for (side, path), (style, color) in styles.items():
-                pts = [(r["tokens"], r["sides"][side]["sum_us"]) for r in drows
-                       if r["path"] == path and r["sides"][side] and r["sides"][side]["sum_us"] is not None]
-                if pts:
-                    ax.plot(*zip(*pts, strict=True), style, color=color,
-                            label=f"{side.capitalize()} {PATH_LABELS.get(path, path)}")
-            floor = {r["tokens"]: r["floors"]["larger_us"] for r in drows if r["floors"]}
-            if floor:
-                ax.plot(*zip(*sorted(floor.items()), strict=True), ":", color="gray", label="larger floor")
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            ax.set_xlabel("tokens per GPU (T)")
-            ax.set_ylabel("gate_up + down latency (µs)")
-            ax.set_title(f"{scenario} grouped — {dist} routing")
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=8)
-        fig.suptitle(f"Chord vs {PEER}, grouped family, {run.get('gpu', '')}, {run['date']}, {run['commit']}")
-        paths.append(save_figure(fig, plot_dir / f"performance_grouped_{scenario}.png"))
-    return paths
+    """The grouped family's plots: Chord and Humming on both grouped paths (plot_scenarios)."""
+    series = tuple((side, path, marker + line, color, f"{side.capitalize()} {PATH_LABELS.get(path, path)}")
+                   for path, line in (("grouped_contiguous", "-"), ("grouped_masked", "--"))
+                   for side, marker, color in (("chord", "o", "C0"), ("humming", "s", "C1")))
+    return plot_scenarios(rows, plot_dir, run, series, family="grouped", floor_style=":", legend_size=8)
 
 
 # ---------------------------------------------------------------------------------------
