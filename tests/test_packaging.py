@@ -23,6 +23,10 @@ def test_runtime_wheel_ships_csrc_and_launcher(tmp_path):
     sources = {p.relative_to(REPO / "csrc").as_posix() for p in (REPO / "csrc").rglob("*") if p.is_file()}
     assert {f"chord_kernels/csrc/{s}" for s in sources} <= set(names)
     assert any(n.startswith("chord_kernels/_launcher") and n.endswith(".so") for n in names)
+    # Exactly the source tree's modules: none left over in build/ from an older tree's layout.
+    package = REPO / "packages" / "chord-runtime"
+    modules = {p.relative_to(package).as_posix() for p in (package / "chord_kernels").rglob("*.py")}
+    assert {n for n in names if n.startswith("chord_kernels/") and n.endswith(".py")} == modules
 
 
 @pytest.mark.slow

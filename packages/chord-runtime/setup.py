@@ -23,6 +23,9 @@ class BuildPyWithCsrc(build_py):
     """Copy the repository's csrc/ into the built package (wheel installs)."""
 
     def run(self):
+        # setuptools builds in place (build/lib) and never deletes there: a module that became a
+        # package (dispatch.py -> dispatch/) would ship twice from a tree built before the change.
+        shutil.rmtree(os.path.join(self.build_lib, "chord_kernels"), ignore_errors=True)
         super().run()
         if os.path.isdir(REPO_CSRC):
             dest = os.path.join(self.build_lib, "chord_kernels", "csrc")
