@@ -7,7 +7,7 @@
 #   bash benchmarks/ab_tree.sh HEAD v46 --patch benchmarks/results/sweeps/2026-12-04_v46_trailing_warpgroup/v46.diff
 #
 # then run with carry [".ab", ".whl"]:
-#   call 1: bash benchmarks/results/sweeps/2026-12-04_device_plan/plan.sh install trace v46check   (~4 min)
+#   call 1: bash benchmarks/results/sweeps/2026-12-04_device_plan/plan.sh install mainchk trace v46check   (~5 min)
 #   call 2: bash benchmarks/results/sweeps/2026-12-04_device_plan/plan.sh install abidx            (~5 min)
 #   call 3: bash benchmarks/results/sweeps/2026-12-04_device_plan/plan.sh install abgrp            (~5 min)
 # (install is cheap on a warm machine; it also gives the trees this checkout's compiled launcher).
@@ -36,6 +36,11 @@ for step in "$@"; do
         st "trace_$dist" $?
         python3 -m benchmarks.cta_trace_report "$D/trace_ep8_gate_up_T20_$dist.json" > "$D/trace_report_$dist.txt" 2>&1
       done ;;
+    mainchk)  # main's grouped GPU tests with every tile forced onto the wgmma stream-K schedule: the first
+      # device run since the dispatch became a package (the fixture now patches dispatch.grouped)
+      timeout 300 python3 -m pytest -m gpu tests/gpu/test_grouped_gpu.py -k wgmma_sk -q -p no:cacheprovider \
+        > "$D/main_grouped_wgmma_sk.log" 2>&1
+      st mainchk $?; tail -3 "$D/main_grouped_wgmma_sk.log" ;;
     v46check)  # the trailing warpgroup: GPU tests on the forced wgmma_sk family, then the sanitizers
       env $(tree_env v46) timeout 400 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py -k wgmma_sk -q \
         -p no:cacheprovider > "$D/v46_pytest.log" 2>&1
@@ -54,7 +59,7 @@ for step in "$@"; do
         "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens 1,8,20 --dists uniform,skew" \
         base=. c4=.ab/c4 c4b=.ab/c4b
       st abgrp $? ;;
-    *) echo "unknown step $step (install trace v46check abidx abgrp)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install mainchk trace v46check abidx abgrp)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
