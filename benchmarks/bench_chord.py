@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from . import common
+from . import common, runner
 from . import scenarios as S
 
 
@@ -85,7 +85,7 @@ class ChordBackend:
         del codes
         return packed
 
-    def make_call(self, packed, a, topk_ids, expert_map, proj, point) -> common.Call:
+    def make_call(self, packed, a, topk_ids, expert_map, proj, point) -> runner.Call:
         problem = {"n": proj.n, "k": proj.k, "num_experts": packed.num_experts, "top_k": proj.top_k,
                    "num_routes": topk_ids.numel(), "valid_shape_m": point.valid_shape_m}
         block_m = chord_block_m(problem)
@@ -98,7 +98,7 @@ class ChordBackend:
         def fn():
             return indexed(a, packed, sorted_ids, expert_ids, ntp, top_k, block_m, out)
 
-        return common.Call(fn=fn, out=out, block_m=block_m)
+        return runner.Call(fn=fn, out=out, block_m=block_m)
 
     def describe(self, packed, call, point, proj) -> str:
         return chord_config(packed.n, packed.k, packed.num_experts, proj.top_k, call.block_m, call.out.device,
@@ -166,7 +166,7 @@ class ChordGroupedBackend(ChordBackend):
         del codes
         return packed
 
-    def make_call(self, packed, a, layout, proj, point) -> common.Call:
+    def make_call(self, packed, a, layout, proj, point) -> runner.Call:
         out = torch.empty((a.shape[0], proj.n), dtype=torch.bfloat16, device=a.device)
         expected_m = grouped_expected_m(self.path, layout, point)
         if self.path == "grouped_contiguous":
@@ -183,7 +183,7 @@ class ChordGroupedBackend(ChordBackend):
                 return fn_impl(a, packed, counts, expected_m, out)
 
         # no routing block size on the grouped path: the tile height follows expected_m (see describe)
-        return common.Call(fn=fn, out=out, block_m=None, extra={"expected_m_hint": expected_m})
+        return runner.Call(fn=fn, out=out, block_m=None, extra={"expected_m_hint": expected_m})
 
     def describe(self, packed, call, point, proj) -> str:
         return grouped_config(self.path, packed.n, packed.k, packed.num_experts, call.extra["expected_m_hint"],
@@ -193,15 +193,15 @@ class ChordGroupedBackend(ChordBackend):
 def backends_for(args) -> list:
     if getattr(args, "family", "indexed") == "indexed":
         return [ChordBackend()]
-    return [ChordGroupedBackend(path) for path in common.family_paths(args)]
+    return [ChordGroupedBackend(path) for path in runner.family_paths(args)]
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    common.add_bench_args(parser, default_out="chord.json")
+    runner.add_bench_args(parser, default_out="chord.json")
     args = parser.parse_args(argv)
-    common.require_gpu()
-    common.run_side(backends_for(args), common.options_from_args(args))
+    runner.require_gpu()
+    runner.run_side(backends_for(args), runner.options_from_args(args))
     return 0
 
 

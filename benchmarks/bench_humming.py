@@ -54,7 +54,7 @@ from typing import Any
 
 import torch
 
-from . import common
+from . import common, runner
 from . import scenarios as S
 
 # What vLLM's convert_to_humming_moe_kernel_format passes for a Kimi K2.x checkpoint.
@@ -189,7 +189,7 @@ class HummingBackend:
             print(f"[humming] table pre-compile failed ({type(exc).__name__}: {exc}); "
                   "the first call will compile", flush=True)
 
-    def make_call(self, handle: Handle, a, topk_ids, expert_map, proj, point) -> common.Call:
+    def make_call(self, handle: Handle, a, topk_ids, expert_map, proj, point) -> runner.Call:
         vsm = point.valid_shape_m
         block, interval = block_size_from_table(handle.table, vsm)
         sorted_ids, expert_ids, ntp = self.routing.moe_align_block_size(
@@ -208,7 +208,7 @@ class HummingBackend:
                            top_k=top_k, valid_shape_m=vsm, compute_config=compute_str,
                            tuning_config=tuning_str)
 
-        return common.Call(fn=fn, out=out, block_m=block,
+        return runner.Call(fn=fn, out=out, block_m=block,
                            extra={"tuning_interval": list(interval) if interval else None,
                                   "b_dtype": str(getattr(cfg, "b_dtype", "?"))})
 
@@ -247,7 +247,7 @@ class HummingGroupedBackend(HummingBackend):
         self.path = path
         self.compute_config = dict(COMPUTE_CONFIG, gemm_type=path)
 
-    def make_call(self, handle: Handle, a, layout, proj, point) -> common.Call:
+    def make_call(self, handle: Handle, a, layout, proj, point) -> runner.Call:
         vsm = point.valid_shape_m  # vLLM's hint on every Humming MoE path
         block, interval = block_size_from_table(handle.table, vsm)  # the table's M tile (info only)
         expert_layout = (layout.offsets if self.path == "grouped_contiguous" else layout.counts).to(a.device)
@@ -264,7 +264,7 @@ class HummingGroupedBackend(HummingBackend):
                            expert_layout=expert_layout, valid_shape_m=vsm, compute_config=compute_str,
                            tuning_config=tuning_str)
 
-        return common.Call(fn=fn, out=out, block_m=block,
+        return runner.Call(fn=fn, out=out, block_m=block,
                            extra={"tuning_interval": list(interval) if interval else None,
                                   "b_dtype": str(getattr(cfg, "b_dtype", "?"))})
 
@@ -272,7 +272,7 @@ class HummingGroupedBackend(HummingBackend):
 def backends_for(args, routing_module) -> list:
     if getattr(args, "family", "indexed") == "indexed":
         return [HummingBackend(routing_module)]
-    return [HummingGroupedBackend(routing_module, path) for path in common.family_paths(args)]
+    return [HummingGroupedBackend(routing_module, path) for path in runner.family_paths(args)]
 
 
 def _check_is_peer(humming_module) -> None:
@@ -293,9 +293,9 @@ def _check_is_peer(humming_module) -> None:
 # in other processes first are loads for the timed side. Nothing is timed in a prewarm.
 def prewarm_groups(args) -> list[tuple[str, str, str]]:
     """(path, scenario, projection) of every group the side will prepare, in run order."""
-    opts = common.options_from_args(args)
-    paths = ("indexed",) if opts.family == "indexed" else common.family_paths(args)
-    return [(paths[bi], scn, proj) for scn, proj, bi in common.side_groups(opts, len(paths))]
+    opts = runner.options_from_args(args)
+    paths = ("indexed",) if opts.family == "indexed" else runner.family_paths(args)
+    return [(paths[bi], scn, proj) for scn, proj, bi in runner.side_groups(opts, len(paths))]
 
 
 def _prewarm_group(group: tuple[str, str, str], seed: int, levels: int) -> tuple[float, str | None]:
@@ -336,17 +336,17 @@ def prewarm(args, jobs: int, run_group=_prewarm_group) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    common.add_bench_args(parser, default_out="humming.json")
+    runner.add_bench_args(parser, default_out="humming.json")
     parser.add_argument("--prewarm", type=int, metavar="JOBS", default=0,
                         help="only compile the tuning tables of the run's groups, JOBS at a time, and exit")
     args = parser.parse_args(argv)
-    common.require_gpu()
+    runner.require_gpu()
     if args.prewarm:
         failed = prewarm(args, args.prewarm)
         print(f"[humming] prewarm done, {failed} group(s) failed", flush=True)
         return 0  # best effort: the timed side compiles what is missing
     routing = common.load_routing_module_by_path()
-    common.run_side(backends_for(args, routing), common.options_from_args(args))
+    runner.run_side(backends_for(args, routing), runner.options_from_args(args))
     leaked = sorted(m for m in sys.modules if m == "chord_kernels" or m.startswith("chord_kernels."))
     if leaked:
         print(f"ERROR: the Humming process imported {leaked}", file=sys.stderr)

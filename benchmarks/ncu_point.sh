@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Nsight Compute on one benchmark point, Chord or Humming, with the benchmark's own routing,
-# weights and call (the NaN-poisoned checked call, wrapped in an NVTX range by common.py when
+# weights and call (the NaN-poisoned checked call, wrapped in an NVTX range by runner.py when
 # BENCH_NVTX=1; warm-up and do_bench launches stay outside the profile).
 #
 #   bash benchmarks/ncu_point.sh SIDE SCN T PROJ [DIST] [LABEL] [-- extra bench args]

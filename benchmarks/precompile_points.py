@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import argparse
 
-from . import common
+from . import common, runner
 from . import scenarios as S
 from .bench_chord import chord_block_m, chord_launch, grouped_expected_m, grouped_launch
 
 
 def point_launches(args: argparse.Namespace, arch: str, sms: int) -> list:
     """The Launch of every (point, projection[, grouped path]) of the run, in run order."""
-    opts = common.options_from_args(args)
-    paths = common.family_paths(args)
+    opts = runner.options_from_args(args)
+    paths = runner.family_paths(args)
     launches = []
     for point in opts.points:
         routing = common.load_routing(opts.routing_dir, point)
@@ -45,14 +45,14 @@ def point_launches(args: argparse.Namespace, arch: str, sms: int) -> list:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    common.add_bench_args(parser, default_out="unused.json")
+    runner.add_bench_args(parser, default_out="unused.json")
     parser.add_argument("-j", "--jobs", type=int, default=16)
     args = parser.parse_args(argv)
     import torch
     from chord_kernels.cli import precompile
     from chord_kernels.device import kernel_arch
 
-    common.require_gpu()
+    runner.require_gpu()
     index = torch.cuda.current_device()
     launches = point_launches(args, kernel_arch(index), torch.cuda.get_device_properties(index).multi_processor_count)
     specs = list({launch.spec.symbol: launch.spec for launch in launches}.values())

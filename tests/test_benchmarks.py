@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `benchmarks` is a top-level folder of the repo, not installed
     sys.path.insert(0, str(REPO))
 
-from benchmarks import common, floors, gpu_clocks, make_routing, report  # noqa: E402
+from benchmarks import common, floors, gpu_clocks, make_routing, report, runner  # noqa: E402
 from benchmarks import scenarios as S  # noqa: E402
 from benchmarks.bench_humming import block_size_from_table, format_kernel_config  # noqa: E402
 
@@ -333,17 +333,17 @@ def tiny(monkeypatch, tmp_path):
     for name, scn in TINY.items():
         monkeypatch.setitem(S.SCENARIOS, name, scn)
     timings = {"single_ms": 0.02}
-    monkeypatch.setattr(common, "event_time_ms", lambda fn: (fn(), timings["single_ms"])[1])
-    monkeypatch.setattr(common, "bench_us", lambda fn, warmup_ms, rep_ms: 12.5)
+    monkeypatch.setattr(runner, "event_time_ms", lambda fn: (fn(), timings["single_ms"])[1])
+    monkeypatch.setattr(runner, "bench_us", lambda fn, warmup_ms, rep_ms: 12.5)
     routing_dir = tmp_path / "routing"
     make_routing.write_all(routing_dir, TINY_POINTS, seed=0, verbose=False)
     return {"dir": tmp_path, "routing": routing_dir, "timings": timings}
 
 
 def _run(backend, tiny, name, **kw):
-    opts = common.Options(routing_dir=tiny["routing"], out=tiny["dir"] / f"{name}.json", points=TINY_POINTS,
+    opts = runner.Options(routing_dir=tiny["routing"], out=tiny["dir"] / f"{name}.json", points=TINY_POINTS,
                           device="cpu", **kw)
-    common.run_side(backend, opts)
+    runner.run_side(backend, opts)
     return json.loads(opts.out.read_text())
 
 
@@ -383,7 +383,7 @@ class _LazyBackend:
 
     def make_call(self, handle, a, topk_ids, expert_map, proj, point):
         out = torch.zeros(proj.output_rows(point.num_tokens), proj.n, dtype=torch.bfloat16)
-        return common.Call(fn=lambda: out, out=out, block_m=8)
+        return runner.Call(fn=lambda: out, out=out, block_m=8)
 
     def describe(self, handle, call, point, proj):
         return "lazy"
@@ -407,9 +407,9 @@ def test_settle_waits_fit_the_budget(tiny, monkeypatch):
     group's time left, so a GPU that stays capped costs waits, never skipped points; the wait is
     recorded with the point."""
     limits = []
-    monkeypatch.setattr(common, "_nvml", lambda device: object())
-    monkeypatch.setattr(common, "ClockSampler", lambda nvml: gpu_clocks.ClockSampler(None))
-    monkeypatch.setattr(common, "settle", lambda nvml, timeout_s: limits.append(timeout_s) or 0.25)
+    monkeypatch.setattr(runner, "_nvml", lambda device: object())
+    monkeypatch.setattr(runner, "ClockSampler", lambda nvml: gpu_clocks.ClockSampler(None))
+    monkeypatch.setattr(runner, "settle", lambda nvml, timeout_s: limits.append(timeout_s) or 0.25)
     pts = _run(_LazyBackend(), tiny, "settle", settle_s=3.0, budget_s=2.0)["points"]
     assert limits and all(0.0 <= t <= min(3.0, 2.0 / 2) for t in limits)
     timed = [r for r in pts if r["status"] == "ok"]
@@ -670,11 +670,11 @@ def test_precompile_points_picks_the_runs_launches(family, scenario, tmp_path):
     point = S.Point(scenario, "uniform", 64)
     make_routing.write_all(tmp_path, [point], seed=0, verbose=False)
     parser = argparse.ArgumentParser()
-    common.add_bench_args(parser, default_out="unused.json")
+    runner.add_bench_args(parser, default_out="unused.json")
     args = parser.parse_args(["--routing-dir", str(tmp_path), "--family", family, "--scenarios", scenario,
                               "--tokens", "64", "--dists", "uniform"])
     launches = precompile_points.point_launches(args, "sm_90a", 132)
-    per_path = len(common.family_paths(args))
+    per_path = len(runner.family_paths(args))
     assert len(launches) == len(S.PROJECTIONS) * per_path
     assert all(launch.rows_per_cta == 24 for launch in launches), [launch.spec.symbol for launch in launches]
 
@@ -690,12 +690,12 @@ def test_precompile_points_and_config_cover_a_grouped_pair(tmp_path, monkeypatch
     point = S.Point("ep16", "uniform", 2048)
     make_routing.write_all(tmp_path, [point], seed=0, verbose=False)
     parser = argparse.ArgumentParser()
-    common.add_bench_args(parser, default_out="unused.json")
+    runner.add_bench_args(parser, default_out="unused.json")
     args = parser.parse_args(["--routing-dir", str(tmp_path), "--family", "grouped", "--scenarios", "ep16",
                               "--tokens", "2048", "--dists", "uniform"])
     launches = precompile_points.point_launches(args, "sm_90a", 132)
     tall = [launch for launch in launches if launch.rows_per_cta == 240]
-    paths = common.family_paths(args)
+    paths = runner.family_paths(args)
     assert len(tall) == len(S.PROJECTIONS) * len(paths) and all(launch.pick for launch in tall)
     assert all(launch.pick[0] in launches for launch in tall)
     assert len(launches) == len(S.PROJECTIONS) * len(paths) * 2  # two each

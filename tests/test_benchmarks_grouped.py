@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `benchmarks` is a top-level folder of the repo, not installed
     sys.path.insert(0, str(REPO))
 
-from benchmarks import common, floors, make_routing, report  # noqa: E402
+from benchmarks import common, floors, make_routing, report, runner  # noqa: E402
 from benchmarks import scenarios as S  # noqa: E402
 
 # ---------------------------------------------------------------------------------------
@@ -67,18 +67,18 @@ def _args(**kw):
 
 
 def test_grouped_options_and_paths():
-    opts = common.options_from_args(_args())
+    opts = runner.options_from_args(_args())
     assert opts.family == "grouped" and {p.scenario for p in opts.points} == {"ep8", "ep16", "ep32"}
-    assert common.options_from_args(_args(family="indexed")).points == S.grid(quick=True)  # unchanged default
+    assert runner.options_from_args(_args(family="indexed")).points == S.grid(quick=True)  # unchanged default
     with pytest.raises(SystemExit, match="EP-only"):
-        common.options_from_args(_args(scenarios="ep8,tp8"))
-    assert common.family_paths(_args()) == S.GROUPED_PATHS
-    assert common.family_paths(_args(paths="grouped_masked")) == ("grouped_masked",)
-    assert common.family_paths(_args(family="indexed")) == ("indexed",)
+        runner.options_from_args(_args(scenarios="ep8,tp8"))
+    assert runner.family_paths(_args()) == S.GROUPED_PATHS
+    assert runner.family_paths(_args(paths="grouped_masked")) == ("grouped_masked",)
+    assert runner.family_paths(_args(family="indexed")) == ("indexed",)
     with pytest.raises(SystemExit, match="not a path of the grouped family"):
-        common.family_paths(_args(paths="indexed"))
+        runner.family_paths(_args(paths="indexed"))
     parser = argparse.ArgumentParser()
-    common.add_bench_args(parser, default_out="x.json")
+    runner.add_bench_args(parser, default_out="x.json")
     args = parser.parse_args(["--routing-dir", "r", "--family", "grouped", "--quick"])
     assert args.family == "grouped" and args.scenarios is None
 
@@ -151,8 +151,8 @@ def test_grouped_floors_count_one_input_row_per_route():
     point = S.Point("ep8", "uniform", 20)
     proj = point.spec.projections["gate_up"]
     rmeta = {"routes_kept": 160, "tokens_touched": 130, "experts_touched": 48, "digest": "d"}
-    grouped = common.base_record("chord", point, proj, rmeta, "grouped_masked")
-    indexed = common.base_record("chord", point, proj, rmeta)
+    grouped = runner.base_record("chord", point, proj, rmeta, "grouped_masked")
+    indexed = runner.base_record("chord", point, proj, rmeta)
     assert (grouped["family"], grouped["top_k"], grouped["rows_in"]) == ("grouped", 1, 160)
     assert (indexed["family"], indexed["top_k"], indexed["rows_in"]) == ("indexed", 8, 130)
     fl = floors.point_floors([grouped], copy_gbs=4000, tflops=700)
@@ -171,17 +171,17 @@ TINY_POINTS = [S.Point("tiny_gep", "uniform", 2), S.Point("tiny_gep", "skew", 20
 @pytest.fixture
 def tiny(monkeypatch, tmp_path):
     monkeypatch.setitem(S.SCENARIOS, "tiny_gep", TINY_EP)
-    monkeypatch.setattr(common, "event_time_ms", lambda fn: (fn(), 0.02)[1])
-    monkeypatch.setattr(common, "bench_us", lambda fn, warmup_ms, rep_ms: 12.5)
+    monkeypatch.setattr(runner, "event_time_ms", lambda fn: (fn(), 0.02)[1])
+    monkeypatch.setattr(runner, "bench_us", lambda fn, warmup_ms, rep_ms: 12.5)
     routing_dir = tmp_path / "routing"
     make_routing.write_all(routing_dir, TINY_POINTS, seed=0, verbose=False)
     return {"dir": tmp_path, "routing": routing_dir}
 
 
 def _run(backends, tiny, name):
-    opts = common.Options(routing_dir=tiny["routing"], out=tiny["dir"] / f"{name}.json", points=TINY_POINTS,
+    opts = runner.Options(routing_dir=tiny["routing"], out=tiny["dir"] / f"{name}.json", points=TINY_POINTS,
                           device="cpu", family="grouped")
-    common.run_side(backends, opts)
+    runner.run_side(backends, opts)
     return json.loads(opts.out.read_text())
 
 
@@ -237,7 +237,7 @@ def test_grouped_poison_and_wrong_rows_fail_the_check(tiny):
                     out[rows] = (ref * self.scale).to(torch.bfloat16)
                 return out
 
-            return common.Call(fn=fn, out=out, block_m=None)
+            return runner.Call(fn=fn, out=out, block_m=None)
 
         def describe(self, handle, call, point, proj):
             return "lazy"
@@ -463,7 +463,7 @@ def test_grouped_layout_ab_needs_a_gpu_and_says_so(monkeypatch):
 
 def _humming_args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    common.add_bench_args(parser, default_out="h.json")
+    runner.add_bench_args(parser, default_out="h.json")
     parser.add_argument("--prewarm", type=int, default=0)
     return parser.parse_args(["--routing-dir", "R", *argv])
 
