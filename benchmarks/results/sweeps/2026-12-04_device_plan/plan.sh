@@ -10,6 +10,7 @@
 #   call 1: bash benchmarks/results/sweeps/2026-12-04_device_plan/plan.sh install mainchk trace v46check   (~5 min)
 #   call 2: bash benchmarks/results/sweeps/2026-12-04_device_plan/plan.sh install abidx            (~5 min)
 #   call 3: bash benchmarks/results/sweeps/2026-12-04_device_plan/plan.sh install abgrp            (~5 min)
+#   optional, if minutes remain after the grids: plan.sh install abidxskew                          (~4 min)
 # (install is cheap on a warm machine; it also gives the trees this checkout's compiled launcher).
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
@@ -54,12 +55,16 @@ for step in "$@"; do
       AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_indexed" indexed \
         "--scenarios ep8,tp8 --tokens 8,20,128,2048,8192 --dists uniform" base=. c4=.ab/c4 v46=.ab/v46
       st abidx $? ;;
+    abidxskew)  # optional (time left after the grids): the skewed indexed points c4 and v46 touch (TP8 T=20 is 0.98x)
+      AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_indexed_skew" indexed \
+        "--scenarios ep8,tp8 --tokens 20,128,2048 --dists skew" base=. c4=.ab/c4 v46=.ab/v46
+      st abidxskew $? ;;
     abgrp)  # grouped offsets form: c4 and c4b (skewed EP8 T=20 on whole 8 x 128 tiles) against main
       AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_grouped" grouped \
         "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens 1,8,20 --dists uniform,skew" \
         base=. c4=.ab/c4 c4b=.ab/c4b
       st abgrp $? ;;
-    *) echo "unknown step $step (install mainchk trace v46check abidx abgrp)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install mainchk trace v46check abidx abidxskew abgrp)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
