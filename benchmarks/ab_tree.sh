@@ -28,7 +28,11 @@ if [[ -n $PATCH ]]; then
   DIR=$ROOT/$LABEL
   rm -rf "$DIR" && mkdir -p "$DIR"
   git archive "$REV" csrc packages/chord-runtime/chord_kernels | tar -x -C "$DIR"
-  (cd "$DIR" && git apply "$PATCH") || { echo "ab_tree.sh: $4 does not apply to $REV" >&2; exit 3; }
+  # git apply in a folder inside a work tree (.ab is in this checkout) takes the patch's paths as
+  # the enclosing repository's and silently skips them all: the ceiling keeps it a plain patch tool.
+  apply() { (cd "$DIR" && GIT_CEILING_DIRECTORIES="$(dirname "$PWD")" git apply "$@" "$PATCH"); }
+  apply || { echo "ab_tree.sh: $4 does not apply to $REV" >&2; exit 3; }
+  apply --check --reverse 2> /dev/null || { echo "ab_tree.sh: $4 left $DIR unchanged" >&2; exit 3; }
 else
   if [[ -d $ROOT/$REV ]]; then DIR=$ROOT/$REV  # already extracted (the device copy has no .git)
   else DIR=$ROOT/$(git rev-parse --short "$REV"); fi

@@ -35,6 +35,11 @@ for tree in "$@"; do
   else
     [[ -d $path/csrc/common && -d $path/packages/chord-runtime/chord_kernels ]] \
       || { echo "ncu_ab.sh: $path has no csrc/ or chord_kernels/" >&2; exit 2; }
+    # A tree with this checkout's code measures nothing (ab_tree.sh once left its patches out silently).
+    same() { diff -rq -x __pycache__ -x '*.so' "$path/$1" "$1" > /dev/null 2>&1; }
+    if [[ -z $extra ]] && same csrc && same packages/chord-runtime/chord_kernels; then
+      echo "ncu_ab.sh: $label=$path is this checkout's code (and no AB_ENV_$label): nothing to compare" >&2; exit 2
+    fi
     ENVS+=("PYTHONPATH=$path/packages/chord-runtime CHORD_CSRC_DIR=$path/csrc $extra")
   fi
 done

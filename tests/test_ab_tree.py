@@ -7,9 +7,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def ab_tree(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def ab_tree(tmp_path: Path, *args: str, root: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(REPO / "benchmarks" / "ab_tree.sh"), *args], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "AB_ROOT": str(tmp_path / "ab")})
+                          env={"PATH": "/usr/bin:/bin", "AB_ROOT": str(root or tmp_path / "ab")})
 
 
 def first_line(path: Path) -> str:
@@ -40,3 +40,25 @@ def test_plain_tree_and_usage(tmp_path):
     res = ab_tree(tmp_path, "HEAD", "base")
     assert res.returncode == 0 and res.stdout.startswith("base:PYTHONPATH=")
     assert ab_tree(tmp_path, "HEAD", "x", "--patch").returncode == 2
+
+
+def test_patch_applies_inside_a_work_tree(tmp_path):
+    """The trees live in the checkout's git-ignored .ab: there, a plain `git apply` of a git-format
+    patch takes its paths as the enclosing repository's and skips them all without an error (the
+    c4, c4b and v46 trees built on 2026-12-04 were main's code). The patch must land, and a patch
+    that changes nothing fails."""
+    repo = tmp_path / "checkout"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    patch = tmp_path / "p.diff"
+    head = (REPO / "csrc" / "common" / "tail_split.cuh").read_text().splitlines()[0]
+    # git's own format (git diff), as the candidates' patches are: a plain diff -u applied anyway
+    patch.write_text("diff --git a/csrc/common/tail_split.cuh b/csrc/common/tail_split.cuh\n"
+                     "--- a/csrc/common/tail_split.cuh\n+++ b/csrc/common/tail_split.cuh\n@@ -1,1 +1,2 @@\n"
+                     f"+// patched by the test\n {head}\n")
+    res = ab_tree(tmp_path, "HEAD", "cand", "--patch", str(patch), root=repo / ".ab")
+    assert res.returncode == 0, res.stderr
+    assert first_line(repo / ".ab" / "cand" / "csrc" / "common" / "tail_split.cuh") == "// patched by the test"
+    empty = tmp_path / "empty.diff"
+    empty.write_text("")
+    res = ab_tree(tmp_path, "HEAD", "cand", "--patch", str(empty), root=repo / ".ab")
+    assert res.returncode == 3, res.stderr

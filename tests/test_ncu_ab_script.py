@@ -3,6 +3,7 @@ stubs that log their calls: the runs come in ABBA order with each tree's environ
 routing covers exactly the points asked for, and every candidate gets its table against the base."""
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -102,3 +103,16 @@ def test_ncu_ab_table_sums_a_grouped_pair(tmp_path):
     (tmp_path / "ncu_grouped_a.csv").write_text(csv_text.rsplit("\n", 2)[0] + "\n")  # one kernel short
     with pytest.raises(SystemExit, match="2 kernels timed for 2 checked points \\(3 launches\\)"):
         ncu_ab_table.load(tmp_path, "grouped", "a")
+
+
+def test_a_tree_with_this_checkouts_code_is_refused(tmp_path):
+    """A candidate tree identical to the checkout (a patch that did not land) measures nothing:
+    refused before anything runs, unless AB_ENV_<label> gives it its own overrides."""
+    same = tmp_path / "same"
+    for sub in ("csrc", "packages/chord-runtime/chord_kernels"):
+        shutil.copytree(REPO / sub, same / sub, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    proc, calls = run_script(tmp_path, str(tmp_path / "ab"), "indexed", "--tokens 1", "base=.", f"cand={same}")
+    assert proc.returncode == 2 and "is this checkout's code" in proc.stderr and calls == []
+    proc, _ = run_script(tmp_path, str(tmp_path / "ab2"), "indexed", "--tokens 1", "base=.", f"cand={same}",
+                         AB_ENV_cand="CHORD_W4A16_TUNING=STAGES=4")
+    assert proc.returncode == 0, proc.stderr
