@@ -25,6 +25,7 @@ DIR=${1:?usage: ncu_ab.sh DIR FAMILY POINTS LABEL=TREE...}; FAMILY=${2:?family};
 case "$FAMILY" in grouped|indexed) ;; *) echo "ncu_ab.sh: family grouped or indexed, not $FAMILY" >&2; exit 2 ;; esac
 mkdir -p "$DIR"
 LABELS=(); TREES=(); ENVS=()
+same() { diff -rq -x __pycache__ -x '*.so' "$1/$2" "$2" > /dev/null 2>&1; }  # tree $1 has this checkout's $2
 for tree in "$@"; do
   label=${tree%%=*}; path=${tree#*=}
   [[ -n $label && $label != "$tree" ]] || { echo "ncu_ab.sh: trees are LABEL=PATH, not $tree" >&2; exit 2; }
@@ -36,8 +37,7 @@ for tree in "$@"; do
     [[ -d $path/csrc/common && -d $path/packages/chord-runtime/chord_kernels ]] \
       || { echo "ncu_ab.sh: $path has no csrc/ or chord_kernels/" >&2; exit 2; }
     # A tree with this checkout's code measures nothing (ab_tree.sh once left its patches out silently).
-    same() { diff -rq -x __pycache__ -x '*.so' "$path/$1" "$1" > /dev/null 2>&1; }
-    if [[ -z $extra ]] && same csrc && same packages/chord-runtime/chord_kernels; then
+    if [[ -z $extra ]] && same "$path" csrc && same "$path" packages/chord-runtime/chord_kernels; then
       echo "ncu_ab.sh: $label=$path is this checkout's code (and no AB_ENV_$label): nothing to compare" >&2; exit 2
     fi
     ENVS+=("PYTHONPATH=$path/packages/chord-runtime CHORD_CSRC_DIR=$path/csrc $extra")
