@@ -33,6 +33,9 @@ CASES = {"mma": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
          # long-K tiles (both BN), many short tiles per CTA, N = 336 ending inside the tile
          "wgmma_sk4": ((3, 512, 2048, 2, 8, 32), (3, 512, 2048, 2, 8, 16), (8, 512, 256, 4000, 2, 16),
                        (3, 336, 640, 60, 2, 32), (3, 512, 2048, 2, 8, 24)),
+         # the decode tile's 2-stage ring (4 CTAs an SM): long-K tiles split over CTAs, many short
+         # tiles a CTA (odd stage count), N = 320 ending inside the tile
+         "mma_sk2": ((3, 512, 2048, 2, 8, 8), (8, 512, 768, 300, 2, 8), (5, 320, 512, 40, 2, 8)),
          # (WM, BN) = (1, 64), (2, 128), (1, 64), (2, 64), (1, 128), (2, 96); K = 640 wraps the
          # 6-slot ring; then 4 consumer warpgroups (WM 2, BN 32 and 16; N = 336 ends inside the
          # 512-row tile; BN 56: the last producer pass half outside the tile, words per k step; BN 24)
@@ -43,7 +46,9 @@ CASES = {"mma": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
                    # ~280 tiles: more than the resident CTAs, so each loops over 2-3 tiles
                    (4, 2048, 256, 2000, 2, 128))}
 # Case families that are a kernel family with a tuning override: (kernel family, tuning).
-OVERRIDES = {"wgmma_sk4": ("wgmma_sk", "CWG=4,STAGES=8")}
+# mma_sk2: the 8 x 128 decode tile on its 2-stage ring at 4 CTAs an SM (dispatch.many_tiles_decode
+# picks it only past 2112 tiles; forced here on the mma_sk cases).
+OVERRIDES = {"wgmma_sk4": ("wgmma_sk", "CWG=4,STAGES=8"), "mma_sk2": ("mma_sk", "NT=2,TT=1,STAGE_K=256,STAGES=2")}
 ONLY = sys.argv[1:]  # optional: only these indexed families' cases, and "grouped" for the grouped ones
 for family, cases in CASES.items():
     if ONLY and family not in ONLY:

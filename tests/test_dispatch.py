@@ -188,6 +188,28 @@ def test_few_tiles_decode_takes_a_4_deep_ring(routes, stages):
     assert dispatch.select_indexed(IndexedProblem(7168, 256, 384, 8, 8, 8)).spec.config["STAGES"] == 3
 
 
+@pytest.mark.parametrize("n,k,experts,top_k,routes,stages", [
+    (4096, 7168, 48, 8, 512, 2),    # EP8 T=8 gate_up: up to 112 blocks x 32 tiles, 6.8 a CTA at 4 an SM
+    (7168, 2048, 48, 1, 512, 2),    # EP8 T=8 down: 56 tiles a block
+    (4096, 7168, 48, 8, 64, 3),     # EP8 T=1 gate_up: 1792 tiles, under 4 a CTA
+    (7168, 2048, 48, 1, 64, 3),     # EP8 T=1 down: 3136 tiles by the bound, but fewer routes than SMs
+    (7168, 2048, 48, 1, 256, 2),    # EP8 T=4 down
+    (512, 7168, 384, 8, 160, 3),    # TP8 T=20 gate_up: 640 tiles (the 2-stage ring lost 8 % there)
+    (512, 7168, 384, 8, 1024, 3),   # TP8 T=128 gate_up: 2048 tiles, just under 2112
+    (4096, 7168, 48, 8, 0, 3),      # routes unknown: the 3-stage ring
+])
+def test_many_tiles_decode_takes_the_2_stage_ring(n, k, experts, top_k, routes, stages):
+    # The 8 x 128 decode tile with 4+ tiles a resident CTA runs 2 stages at 4 CTAs an SM
+    # (dispatch.MANY_TILES_RING); an override of STAGES wins.
+    launch = dispatch.select_indexed(IndexedProblem(n, k, experts, top_k, 8, routes))
+    cfg = launch.spec.config
+    assert (cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"]) == (2, 1, 256, stages), launch.spec.symbol
+    assert launch.spec.min_blocks_per_sm == {2: 4, 3: 3}[stages]
+    assert launch.smem_bytes * launch.spec.min_blocks_per_sm + launch.spec.min_blocks_per_sm * 1024 <= dispatch.SMEM_PER_SM
+    tuned = dispatch.select_indexed(IndexedProblem(n, k, experts, top_k, 8, routes), tuning="STAGES=3")
+    assert tuned.spec.config["STAGES"] == 3
+
+
 @pytest.mark.parametrize("routes", [4096, 0])
 def test_16_row_short_k_tiles_take_the_one_tile_ring(routes):
     # TP8 down (N 7168, K 256) at T=512: 16-row blocks on the 256-row tile run 2 stages (one tile)

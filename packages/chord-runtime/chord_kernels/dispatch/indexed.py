@@ -126,6 +126,26 @@ def few_tiles_decode(problem: IndexedProblem, launch: Launch, sms: int = H200_SM
     return tiles is not None and 2 * tiles <= resident_ctas(launch, sms)
 
 
+# The 8 x 128 decode tile (NT 2, TT 1, STAGE_K 256) with at least 4 tiles for every resident CTA
+# (EP8 from T=8: 1792+ tiles) runs a 2-stage ring at 4 CTAs an SM instead of 3 stages at 3: each
+# CTA streams whole tiles, and a fourth CTA hides a tile's latency chain better than a third
+# stage (ncu ABBA, base clock, 2026-12-05 "c4": EP8 T=8 -2.1 / -2.2 %, skewed EP8 T=20 -3.4 /
+# -5.6 %, EP8 T=20-8192 within noise). With fewer tiles a CTA splits them and the shallower ring
+# loses (TP8 T=8 gate_up +6.9 %, skewed TP8 T=20 gate_up +8.4 %), so it keeps 3. Calls of fewer
+# routes than SMs keep 3 too: there the bound can overstate the tiles many times (EP8 T=1 down:
+# 56 blocks by the bound for ~8 local routes), and c4 was +9 to +11 % on such grouped T=1 calls.
+MANY_TILES_RING = {"NT": 2, "TT": 1, "STAGE_K": 256, "STAGES": 3}
+MANY_TILES_PER_CTA = 4
+
+
+def many_tiles_decode(problem: IndexedProblem, launch: Launch, sms: int = H200_SMS) -> bool:
+    """``launch``'s tiles (decode_tiles) are at least MANY_TILES_PER_CTA a resident CTA, from
+    at least one route an SM."""
+    tiles = decode_tiles(problem, launch)
+    return (tiles is not None and problem.num_routes >= sms
+            and tiles >= MANY_TILES_PER_CTA * resident_ctas(launch, sms))
+
+
 # 16-row blocks on the short-K 256-row tile (TP8 down at T=512, K=256: 2 stages a tile) run a
 # one-tile ring, 2 stages, which frees the registers for 3 CTAs an SM instead of 2 (168 a thread,
 # STREAMK_CTAS_PER_SM): 12 warps an SM hide the stage's latency chain better than a deeper ring
@@ -148,6 +168,10 @@ def choose_indexed_mma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH
         deeper = indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], FEW_TILES_STAGES, arch=arch)
         if deeper.smem_bytes + 1024 <= SMEM_PER_SM:  # the deeper ring fits an SM (every decode tile's does)
             launch = deeper
+    if "STAGES" not in tuned and all(cfg[key] == v for key, v in MANY_TILES_RING.items()):
+        shallower = indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], 2, arch=arch)
+        if many_tiles_decode(problem, shallower):
+            launch = shallower
     return launch
 
 
