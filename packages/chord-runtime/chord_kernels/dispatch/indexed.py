@@ -127,11 +127,12 @@ def few_tiles_decode(problem: IndexedProblem, launch: Launch, sms: int = H200_SM
 
 
 # The 8 x 128 decode tile (NT 2, TT 1, STAGE_K 256) with at least 4 tiles for every resident CTA
-# (EP8 from T=8: 1792+ tiles) runs a 2-stage ring at 4 CTAs an SM instead of 3 stages at 3: each
-# CTA streams whole tiles, and a fourth CTA hides a tile's latency chain better than a third
-# stage (ncu ABBA, base clock, 2026-12-05 "c4": EP8 T=8 -2.1 / -2.2 %, skewed EP8 T=20 -3.4 /
-# -5.6 %, EP8 T=20-8192 within noise). With fewer tiles a CTA splits them and the shallower ring
-# loses (TP8 T=8 gate_up +6.9 %, skewed TP8 T=20 gate_up +8.4 %), so it keeps 3. Calls of fewer
+# (EP8 gate_up from T=8: 3584+ tiles by the bound) runs a 2-stage ring at 4 CTAs an SM instead of
+# 3 stages at 3: each CTA streams whole tiles, and a fourth CTA hides a tile's latency chain
+# better than a third stage (ncu ABBA, base clock, indexed-kernels.md v47: EP8 T=8 -3.5 / -2.1 %,
+# skewed EP8 T=20 -3.6 / -3.7 %, EP8 T=20 within noise). With fewer tiles a CTA splits them and
+# the shallower ring loses (TP8 T=8 gate_up +6.9 %, skewed TP8 T=20 gate_up +8.4 %, when "c4"
+# took it for every decode tile), so those keep 3. Calls of fewer
 # routes than SMs keep 3 too: there the bound can overstate the tiles many times (EP8 T=1 down:
 # 56 blocks by the bound for ~8 local routes), and c4 was +9 to +11 % on such grouped T=1 calls.
 MANY_TILES_RING = {"NT": 2, "TT": 1, "STAGE_K": 256, "STAGES": 3}
