@@ -11,7 +11,8 @@
 #
 #   bash benchmarks/ab_tree.sh HEAD v46 --patch benchmarks/results/sweeps/2026-12-04_v46_trailing_warpgroup/v46.diff
 #
-# extracts REV afresh into .ab/LABEL and applies the patch there (the tree for ncu_ab.sh: v46=.ab/v46).
+# extracts REV afresh into .ab/LABEL (with tests/, scripts/ and pyproject.toml) and applies the
+# patch there (the tree for ncu_ab.sh: v46=.ab/v46).
 # The sweep log names the chord_kernels each config imported, so a config that silently fell
 # back to the installed package shows. AB_ROOT moves .ab (tests).
 set -euo pipefail
@@ -27,7 +28,9 @@ ROOT=${AB_ROOT:-.ab}
 if [[ -n $PATCH ]]; then
   DIR=$ROOT/$LABEL
   rm -rf "$DIR" && mkdir -p "$DIR"
-  git archive "$REV" csrc packages/chord-runtime/chord_kernels | tar -x -C "$DIR"
+  # with the tests and scripts, so a candidate's own GPU tests and sanitizer cases apply and run
+  # from its tree (cd .ab/LABEL; PYTHONPATH and CHORD_CSRC_DIR as printed, relative to it)
+  git archive "$REV" csrc packages/chord-runtime/chord_kernels tests scripts pyproject.toml | tar -x -C "$DIR"
   # git apply in a folder inside a work tree (.ab is in this checkout) takes the patch's paths as
   # the enclosing repository's and silently skips them all: the ceiling keeps it a plain patch tool.
   apply() { (cd "$DIR" && GIT_CEILING_DIRECTORIES="$(dirname "$PWD")" git apply "$@" "$PATCH"); }

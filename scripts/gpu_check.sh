@@ -5,8 +5,9 @@
 #   bash scripts/gpu_check.sh [PYTEST_TARGET ...]     default: tests (every GPU test, several minutes)
 #   e.g. bash scripts/gpu_check.sh tests/gpu/test_grouped_gpu.py
 #
-# Environment: SANITIZE (the cases of scripts/gpu_sanitize_case.py, e.g. "grouped"; default all,
-# "none" to skip), PYTEST_K (a -k expression), PRECOMPILE=0 to skip the profiles' precompile.
+# Environment: SANITIZE (the cases of scripts/gpu_sanitize_case.py, e.g. "grouped", or
+# "grouped:wide" for the grouped cases whose label holds "wide"; default all, "none" to skip),
+# PYTEST_K (a -k expression), PRECOMPILE=0 to skip the profiles' precompile.
 # The device tool brings back only a few files from $OUT: read $OUT/gpu_check.tgz.
 set -uo pipefail
 OUT=${OUT:-.out}; mkdir -p "$OUT/gpu_check"

@@ -49,7 +49,11 @@ CASES = {"mma": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
 # mma_sk2: the 8 x 128 decode tile on its 2-stage ring at 4 CTAs an SM (dispatch.many_tiles_decode
 # picks it only past 2112 tiles; forced here on the mma_sk cases).
 OVERRIDES = {"wgmma_sk4": ("wgmma_sk", "CWG=4,STAGES=8"), "mma_sk2": ("mma_sk", "NT=2,TT=1,STAGE_K=256,STAGES=2")}
-ONLY = sys.argv[1:]  # optional: only these indexed families' cases, and "grouped" for the grouped ones
+# Optional arguments: only these indexed families' cases; "grouped" for every grouped case, or
+# "grouped:TEXT" for the grouped cases whose label holds TEXT (a candidate's own case alone, where
+# racecheck on all of them would take minutes of device time).
+ONLY = sys.argv[1:]
+GROUPED_MATCH = [arg.split(":", 1)[1] for arg in ONLY if arg.startswith("grouped:")]
 for family, cases in CASES.items():
     if ONLY and family not in ONLY:
         continue
@@ -66,7 +70,7 @@ for family, cases in CASES.items():
         torch.cuda.synchronize()
         print(f"sanitize case ok: {family} E={e} N={n} K={k} block_m={block_m}", tuple(out.shape))
 
-if ONLY and "grouped" not in ONLY:
+if ONLY and "grouped" not in ONLY and not GROUPED_MATCH:
     sys.exit(0)
 
 # Grouped family: contiguous offsets (unaligned, over-allocated rows) and masked (rows past masked_m).
@@ -76,6 +80,8 @@ from chord_kernels import contiguous_offsets, masked  # noqa: E402
 def grouped_case(label, n, k, counts, rows, expected_rows, max_m, expected_m):
     """One contiguous_offsets call over `rows` activation rows and one masked call with max_m rows
     per expert (counts clamped to it)."""
+    if GROUPED_MATCH and "grouped" not in ONLY and not any(text in label for text in GROUPED_MATCH):
+        return
     e = len(counts)
     codes = torch.randint(0, 16, (e, n, k), generator=g, dtype=torch.uint8)
     scale = (torch.rand(e, n, k // 32, generator=g) * 0.05).to(torch.bfloat16)

@@ -27,6 +27,9 @@ def test_patched_tree(tmp_path):
     assert res.stdout.strip() == f"cand:PYTHONPATH={tree}/packages/chord-runtime:CHORD_CSRC_DIR={tree}/csrc"
     assert first_line(tree / "csrc" / "common" / "tail_split.cuh") == "// patched by the test"
     assert (tree / "packages" / "chord-runtime" / "chord_kernels" / "dispatch" / "__init__.py").is_file()
+    # a candidate's own tests and sanitizer cases run from its tree
+    assert (tree / "tests" / "gpu" / "test_grouped_gpu.py").is_file() and (tree / "scripts").is_dir()
+    assert (tree / "pyproject.toml").is_file()
     # A second run starts from a fresh copy (the patch applies again), and a patch that does not
     # apply is an error that names it.
     assert ab_tree(tmp_path, "HEAD", "cand", "--patch", str(patch)).returncode == 0
