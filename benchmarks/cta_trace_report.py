@@ -1,7 +1,8 @@
 """Read benchmarks/cta_trace.sh's JSON: per point and kernel, the launch's balance (CTA cycles,
 SM busy spans), the CTAs' cycles along the CTA index (a stream-K run is a contiguous range of the
-work, so costly work shows as a range of slow CTAs) and by their work (stream-K kernels note it),
-and the busiest and idlest SMs with their CTAs.
+work, so costly work shows as a range of slow CTAs), by their arrival on their SM (a scheduler
+effect shows there), by their work (stream-K kernels note it), and the busiest and idlest SMs
+with their CTAs.
 
     python3 -m benchmarks.cta_trace_report FILE.json [--bins 12] [--sms 8]
 """
@@ -26,6 +27,8 @@ def report(path: str, bins: int, sms: int) -> str:
         for symbol, records in traces.items():
             lines.append(f"  {symbol} by CTA index (first, last, mean cycles, mean iterations):")
             lines.append("    " + ", ".join(map(str, cta_trace.index_profile(records, bins))))
+            lines.append("    by arrival on its SM (rank, CTAs, mean cycles, mean iterations): "
+                         + ", ".join(map(str, cta_trace.by_arrival(records))))
             lines.append("    by work ((iterations, segments, split tiles, row tiles), CTAs, mean cycles): "
                          + "; ".join(map(str, cta_trace.by_work(records)[:8])))
             loads = sorted(cta_trace.sm_loads(records), key=lambda s: s.busy_cycles)

@@ -88,6 +88,8 @@ def test_summary_and_sm_spans():
     assert s["slowest"][0] == (2, 5, 1000) and s["fastest"][0] == (1, 7, 400)
     assert s["start_spread_ns"] == 10 and s["elapsed_ns"] == 505
     assert cta_trace.index_profile(records, bins=2) == [(0, 1, 500, 0), (2, 2, 1000, 0)]
+    # SM 5's CTAs 0 (clock 1000) then 2 (1010); SM 7's CTA 1 alone
+    assert cta_trace.by_arrival(records) == [(0, 2, 500, 0), (1, 1, 1000, 0)]
     assert "3 CTAs on 2 SMs" in cta_trace.format_summary({"k": records})
 
 
@@ -117,6 +119,7 @@ def test_json_round_trip_and_report(tmp_path):
                                             "config": "cfg", "cta_trace": data}, {"scenario": "tp8"}]}))
     text = cta_trace_report.report(str(path), bins=3, sms=1)
     assert text.startswith("## ep8 T=20 skew gate_up: cfg") and "busiest SMs" in text and "tp8" not in text
+    assert "by arrival on its SM (rank, CTAs, mean cycles, mean iterations): (0, 2, 500, 0), (1, 1, 1000, 0)" in text
 
 
 def test_benchmark_hook_is_off_without_the_switch(monkeypatch):

@@ -196,6 +196,23 @@ def index_profile(records: list[CtaRecord], bins: int = 12) -> list[tuple[int, i
             for chunk in (rs[i:i + size] for i in range(0, len(rs), size))]
 
 
+def by_arrival(records: list[CtaRecord]) -> list[tuple[int, int, int, float]]:
+    """CTAs grouped by their arrival on their SM (rank 0: the SM's first, by its clock): (rank,
+    CTAs, mean cycles, mean iterations). Equal runs that end later at a later rank are the SM's
+    scheduling of its CTAs, not their work; the CTA index alone cannot tell the two apart where
+    the block scheduler places CTAs in index order (the 2026-12-05 EP8 T=20 trace: the slow
+    index range 264-362 is mostly each SM's third CTA)."""
+    by_sm: dict[int, list[CtaRecord]] = {}
+    for r in records:
+        by_sm.setdefault(r.sm, []).append(r)
+    ranks: dict[int, list[CtaRecord]] = {}
+    for rs in by_sm.values():
+        for rank, r in enumerate(sorted(rs, key=lambda r: (r.clock_start, r.cta))):
+            ranks.setdefault(rank, []).append(r)
+    return [(rank, len(rs), round(mean(r.cycles for r in rs)), round(mean(r.iterations for r in rs), 1))
+            for rank, rs in sorted(ranks.items())]
+
+
 def by_work(records: list[CtaRecord]) -> list[tuple[tuple[int, int, int, int], int, int]]:
     """CTAs grouped by their work (iterations, segments, split tiles, row tiles): (work, CTAs,
     mean cycles), most CTAs first. Equal work at unequal cycles is the SMs (or the data)."""
