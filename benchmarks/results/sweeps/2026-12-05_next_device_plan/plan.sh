@@ -4,30 +4,41 @@
 # $OUT/plan.tgz (the tool brings back only a few files). Before the first call, on the CPU
 # machine, from a clean main:
 #
-#   bash benchmarks/ab_tree.sh HEAD gv40 --patch benchmarks/results/sweeps/2026-12-05_gv40_shallow_decode/gv40.diff
+#   S=benchmarks/results/sweeps
+#   bash benchmarks/ab_tree.sh HEAD gv40 --patch $S/2026-12-05_gv40_shallow_decode/gv40.diff
+#   bash benchmarks/ab_tree.sh HEAD sw --patch $S/2026-12-05_sw_last_band/sw.diff
 #   bash benchmarks/ab_tree.sh c119a58          # main before v47, for the v47 A/B at boost clock
 #   mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19 packaging   (if .whl is gone)
 #
-# then, with carry [".ab", ".whl"] and CHORD_COMMIT=<main's short sha>, one call each:
-#   call 1: bash .../plan.sh install gv40chk abgv40   (~7 min: decides gv40; estimates from the
-#           c4 A/B of 2026-12-05, which ran 3 trees on 36 points in ~5 min at one clock)
-#   call 2: bash .../plan.sh install idxgrid           (~9 min: the indexed grid on main)
-#   call 3: bash .../plan.sh install grpgrid           (~7 min: the grouped grid on main), or, if
-#           gv40 won at both clocks in call 1, GV40=1 bash .../plan.sh install grpgrid (the grid
-#           with gv40 applied to the device's copy, labelled <sha>+gv40: land gv40 after it)
-#   if minutes remain: bash .../plan.sh install v47boost   (~2 min)
-# If the budget runs short, drop idxgrid (v47's effect is known from ncu at base clock).
+# then, with carry [".ab", ".whl"] and CHORD_COMMIT=<main's short sha>, one call each (the minutes
+# are estimates: the c4 A/B of 2026-12-05 ran 3 trees on 36 points in ~5 min at one clock):
+#   call 1: bash .../plan.sh install gv40chk abgv40        (~7 min: decides gv40)
+#   call 2: bash .../plan.sh install swchk absw swtrace    (~8 min: decides sw)
+#   call 3: APPLY="gv40 sw" bash .../plan.sh install grpgrid   (~7 min: the grouped grid with the
+#           winners applied to the device's copy, labelled <sha>+gv40+sw; APPLY="" for main's)
+#   if minutes remain: APPLY=... bash .../plan.sh install idxgrid (~9 min), then v47boost (~2 min)
+# A candidate wins if it is faster at both clocks where it changes a kernel and not slower
+# elsewhere; land the winners after the session (git apply, move their design-log entries to
+# measured), and the grids' outputs into docs/performance.md and benchmarks/results/.
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 OUT=${OUT:-.out}; D=$OUT/plan; mkdir -p "$D"
 export CHORD_CACHE_DIR=${CHORD_CACHE_DIR:-/tmp/chord-jit} PYTHONUNBUFFERED=1
 COMMIT=${CHORD_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-HERE=benchmarks/results/sweeps/2026-12-05_next_device_plan
 t0=$SECONDS
 st() { echo "$1 rc=$2 t=$((SECONDS - t0))" | tee -a "$D/status"; }
-# The gv40 tree's own tests and sanitizer case, from inside the tree (ab_tree.sh copies tests/ and
-# scripts/ into it), on its own chord_kernels and csrc/.
-in_gv40() { (cd .ab/gv40 && PYTHONPATH=packages/chord-runtime CHORD_CSRC_DIR=csrc "$@"); }
+# A candidate tree's own tests and sanitizer cases, from inside the tree (ab_tree.sh copies tests/
+# and scripts/ into it), on its own chord_kernels and csrc/: in_tree LABEL COMMAND...
+in_tree() { local t=$1; shift; (cd ".ab/$t" && PYTHONPATH=packages/chord-runtime CHORD_CSRC_DIR=csrc "$@"); }
+# The device copy with the candidates in $APPLY applied (their diffs), for a grid: prints the label.
+apply_candidates() {
+  local label=$COMMIT c
+  for c in ${APPLY:-}; do
+    git apply benchmarks/results/sweeps/2026-12-05_*_*/"$c.diff" || { echo "$c.diff does not apply" >&2; return 1; }
+    label+=+$c
+  done
+  echo "$label"
+}
 
 for step in "$@"; do
   case $step in
@@ -40,11 +51,11 @@ for step in "$@"; do
       done
       st install $? ;;
     gv40chk)  # gv40's GPU test and the grouped decode tests on its tree; memcheck and racecheck on its case
-      in_gv40 timeout 300 python3 -m pytest -m gpu tests/gpu/test_grouped_gpu.py -q -p no:cacheprovider \
+      in_tree gv40 timeout 300 python3 -m pytest -m gpu tests/gpu/test_grouped_gpu.py -q -p no:cacheprovider \
         -k "shallow or wide_decode or one_wave or streamk_decode" > "$D/gv40_pytest.log" 2>&1
       st gv40_pytest $?; tail -3 "$D/gv40_pytest.log"
       for tool in memcheck racecheck; do
-        in_gv40 timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 \
+        in_tree gv40 timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 \
           python3 scripts/gpu_sanitize_case.py "grouped:2-stage" > "$D/gv40_$tool.log" 2>&1
         st "gv40_$tool" $?; tail -2 "$D/gv40_$tool.log"
       done ;;
@@ -54,24 +65,48 @@ for step in "$@"; do
           "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens 8,20 --dists uniform,skew" base=. gv40=.ab/gv40
         st "abgv40_$clock" $?
       done ;;
+    swchk)  # sw changes every stream-K kernel: the stream-K GPU tests of both families on its tree, and
+      # memcheck / racecheck on its long-run cases (where the shorter band applies)
+      in_tree sw timeout 360 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py -q \
+        -p no:cacheprovider -k "(kimi_shapes_random and (auto or mma_sk)) or streamk or stream_k or wide_decode or one_wave" \
+        > "$D/sw_pytest.log" 2>&1
+      st sw_pytest $?; tail -3 "$D/sw_pytest.log"
+      for tool in memcheck racecheck; do
+        in_tree sw timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
+          python3 scripts/gpu_sanitize_case.py mma_sk_long "grouped:long runs" > "$D/sw_$tool.log" 2>&1
+        st "sw_$tool" $?; tail -2 "$D/sw_$tool.log"
+      done ;;
+    absw)  # sw against main at base clock: the decode points of both families (the traced one included)
+      AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_sw_grouped" grouped \
+        "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens 8,20 --dists uniform,skew" base=. sw=.ab/sw
+      st absw_grouped $?
+      AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_sw_indexed" indexed \
+        "--scenarios ep8,tp8 --tokens 8,20,128 --dists uniform,skew" base=. sw=.ab/sw
+      st absw_indexed $? ;;
+    swtrace)  # the traced point on the sw tree: does the last band now end with the others?
+      for dist in uniform skew; do
+        # cta_trace.sh runs from the checkout's root: the tree by absolute paths, as ncu_ab.sh does
+        PYTHONPATH="$PWD/.ab/sw/packages/chord-runtime" CHORD_CSRC_DIR="$PWD/.ab/sw/csrc" OUT=$D \
+          bash benchmarks/cta_trace.sh ep8 20 gate_up $dist sw -- --family grouped --paths grouped_contiguous \
+          > "$D/swtrace_$dist.txt" 2>&1
+        st "swtrace_$dist" $?
+        python3 -m benchmarks.cta_trace_report "$D/trace_ep8_gate_up_T20_${dist}_sw.json" > "$D/swtrace_report_$dist.txt" 2>&1
+      done ;;
     v47boost)  # v47 (landed 5b3c248 from base-clock ncu) at the clocks do_bench sees
       AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=100 bash benchmarks/ncu_ab.sh "$D/ab_v47_boost" indexed \
         "--scenarios ep8,tp8 --tokens 8,20 --dists uniform,skew" base=.ab/c119a58 v47=.
       st v47boost $? ;;
     idxgrid)
-      OUT=$D/idxgrid CHORD_COMMIT=$COMMIT CHORD_BUDGET_S=120 HUMMING_BUDGET_S=170 HUMMING_PREWARM_JOBS=12 \
+      label=$(apply_candidates) || { st idxgrid_apply 1; exit 1; }
+      OUT=$D/idxgrid CHORD_COMMIT=$label CHORD_BUDGET_S=120 HUMMING_BUDGET_S=170 HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family indexed > "$D/idxgrid.log" 2>&1
       st idxgrid $?; tail -30 "$D/idxgrid.log" ;;
     grpgrid)
-      label=$COMMIT
-      if [[ ${GV40:-0} == 1 ]]; then
-        git apply "$HERE/../2026-12-05_gv40_shallow_decode/gv40.diff" && label=$COMMIT+gv40 \
-          || { st grpgrid_gv40_apply 1; exit 1; }
-      fi
+      label=$(apply_candidates) || { st grpgrid_apply 1; exit 1; }
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install gv40chk abgv40 v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install gv40chk abgv40 swchk absw swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
