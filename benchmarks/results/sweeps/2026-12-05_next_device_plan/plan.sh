@@ -15,7 +15,8 @@
 #   call 1: bash .../plan.sh install gv40chk abgv40        (~7 min: decides gv40)
 #   call 2: bash .../plan.sh install swchk absw swtrace    (~8 min: decides sw)
 #   call 3: APPLY="gv40 sw" bash .../plan.sh install grpgrid   (~7 min: the grouped grid with the
-#           winners applied to the device's copy, labelled <sha>+gv40+sw; APPLY="" for main's)
+#           winners applied to the device's copy, labelled <sha>+gv40+sw; APPLY="" for main's;
+#           both patches append a sanitizer case: apply gv40 before sw)
 #   if minutes remain: APPLY=... bash .../plan.sh install idxgrid (~9 min), then v47boost (~2 min)
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere; land the winners after the session (git apply, move their design-log entries to
