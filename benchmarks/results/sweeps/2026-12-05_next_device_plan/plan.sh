@@ -67,14 +67,14 @@ for step in "$@"; do
         st "abgv40_$clock" $?
       done ;;
     swchk)  # sw changes every stream-K kernel: the stream-K GPU tests of both families on its tree, and
-      # memcheck / racecheck on its long-run cases (where the shorter band applies)
+      # memcheck / racecheck on its long-run case (where the shorter band applies)
       in_tree sw timeout 360 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py -q \
         -p no:cacheprovider -k "(kimi_shapes_random and (auto or mma_sk)) or streamk or stream_k or wide_decode or one_wave" \
         > "$D/sw_pytest.log" 2>&1
       st sw_pytest $?; tail -3 "$D/sw_pytest.log"
       for tool in memcheck racecheck; do
         in_tree sw timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
-          python3 scripts/gpu_sanitize_case.py mma_sk_long "grouped:long runs" > "$D/sw_$tool.log" 2>&1
+          python3 scripts/gpu_sanitize_case.py mma_sk_long > "$D/sw_$tool.log" 2>&1
         st "sw_$tool" $?; tail -2 "$D/sw_$tool.log"
       done ;;
     absw)  # sw against main at base clock: the decode points of both families (the traced one included)
