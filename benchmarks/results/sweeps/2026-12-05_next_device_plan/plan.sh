@@ -30,7 +30,7 @@ t0=$SECONDS
 st() { echo "$1 rc=$2 t=$((SECONDS - t0))" | tee -a "$D/status"; }
 # A candidate tree's own tests and sanitizer cases, from inside the tree (ab_tree.sh copies tests/
 # and scripts/ into it), on its own chord_kernels and csrc/: in_tree LABEL COMMAND...
-in_tree() { local t=$1; shift; (cd ".ab/$t" && PYTHONPATH=packages/chord-runtime CHORD_CSRC_DIR=csrc "$@"); }
+in_tree() { local t=$1; shift; (cd ".ab/$t" && PYTHONPATH="$PWD/packages/chord-runtime" CHORD_CSRC_DIR="$PWD/csrc" "$@"); }
 # The device copy with the candidates in $APPLY applied (their diffs), for a grid: prints the label.
 apply_candidates() {
   local label=$COMMIT c
