@@ -29,7 +29,7 @@ if [[ -n $PATCH ]]; then
   DIR=$ROOT/$LABEL
   rm -rf "$DIR" && mkdir -p "$DIR"
   # with the tests and scripts, so a candidate's own GPU tests and sanitizer cases apply and run
-  # from its tree (cd .ab/LABEL; PYTHONPATH and CHORD_CSRC_DIR as printed, relative to it)
+  # from its tree (cd .ab/LABEL, with PYTHONPATH and CHORD_CSRC_DIR pointing at its own folders)
   git archive "$REV" csrc packages/chord-runtime/chord_kernels tests scripts pyproject.toml | tar -x -C "$DIR"
   # git apply in a folder inside a work tree (.ab is in this checkout) takes the patch's paths as
   # the enclosing repository's and silently skips them all: the ceiling keeps it a plain patch tool.

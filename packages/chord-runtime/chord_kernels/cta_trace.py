@@ -117,11 +117,16 @@ class SmLoad:
     busy_cycles: int  # first start to last end of its CTAs (one SM clock)
 
 
-def sm_loads(records: list[CtaRecord]) -> list[SmLoad]:
-    """Per SM: its CTAs and the span of its clock from their first start to their last end."""
+def _by_sm(records: list[CtaRecord]) -> dict[int, list[CtaRecord]]:
     by_sm: dict[int, list[CtaRecord]] = {}
     for r in records:
         by_sm.setdefault(r.sm, []).append(r)
+    return by_sm
+
+
+def sm_loads(records: list[CtaRecord]) -> list[SmLoad]:
+    """Per SM: its CTAs and the span of its clock from their first start to their last end."""
+    by_sm = _by_sm(records)
     return [SmLoad(sm, tuple(r.cta for r in rs), max(r.clock_end for r in rs) - min(r.clock_start for r in rs))
             for sm, rs in sorted(by_sm.items())]
 
@@ -202,11 +207,8 @@ def by_arrival(records: list[CtaRecord]) -> list[tuple[int, int, int, float]]:
     scheduling of its CTAs, not their work; the CTA index alone cannot tell the two apart where
     the block scheduler places CTAs in index order (the 2026-12-05 EP8 T=20 trace: the slow
     index range 264-362 is mostly each SM's third CTA)."""
-    by_sm: dict[int, list[CtaRecord]] = {}
-    for r in records:
-        by_sm.setdefault(r.sm, []).append(r)
     ranks: dict[int, list[CtaRecord]] = {}
-    for rs in by_sm.values():
+    for rs in _by_sm(records).values():
         for rank, r in enumerate(sorted(rs, key=lambda r: (r.clock_start, r.cta))):
             ranks.setdefault(rank, []).append(r)
     return [(rank, len(rs), round(mean(r.cycles for r in rs)), round(mean(r.iterations for r in rs), 1))
