@@ -7,17 +7,19 @@
 #   S=benchmarks/results/sweeps
 #   bash benchmarks/ab_tree.sh HEAD gv40 --patch $S/2026-12-05_gv40_shallow_decode/gv40.diff
 #   bash benchmarks/ab_tree.sh HEAD sw --patch $S/2026-12-05_sw_last_band/sw.diff
+#   bash benchmarks/ab_tree.sh HEAD gv42 --patch $S/2026-12-05_gv42_deferred_store/gv42.diff
 #   bash benchmarks/ab_tree.sh c119a58          # main before v47, for the v47 A/B at boost clock
 #   mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19 packaging   (if .whl is gone)
 #
 # then, with carry [".ab", ".whl"] and CHORD_COMMIT=<main's short sha>, one call each (the minutes
 # are estimates: the c4 A/B of 2026-12-05 ran 3 trees on 36 points in ~5 min at one clock):
-#   call 1: bash .../plan.sh install gv40chk abgv40        (~7 min: decides gv40)
-#   call 2: bash .../plan.sh install swchk absw swtrace    (~8 min: decides sw)
-#   call 3: APPLY="gv40 sw" bash .../plan.sh install grpgrid   (~7 min: the grouped grid with the
-#           winners applied to the device's copy, labelled <sha>+gv40+sw; APPLY="" for main's;
-#           both patches append a sanitizer case: apply gv40 before sw)
-#   if minutes remain: APPLY=... bash .../plan.sh install idxgrid (~9 min), then v47boost (~2 min)
+#   call 1: bash .../plan.sh install swchk absw            (~6 min: decides sw; the largest miss)
+#   call 2: bash .../plan.sh install gv42chk abgv42        (~8 min: decides gv42; every prefill point)
+#   call 3: bash .../plan.sh install gv40chk abgv40        (~7 min: decides gv40)
+#   call 4: APPLY="gv40 sw gv42" bash .../plan.sh install grpgrid   (~7 min: the grouped grid with
+#           the winners applied to the device's copy, labelled <sha>+gv40+sw+gv42; APPLY="" for
+#           main's; the patches apply in any order)
+#   if minutes remain: swtrace (~1.5 min), APPLY=... idxgrid (~9 min), then v47boost (~2 min)
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere; land the winners after the session (git apply, move their design-log entries to
 # measured), and the grids' outputs into docs/performance.md and benchmarks/results/.
@@ -66,6 +68,24 @@ for step in "$@"; do
           "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens 8,20 --dists uniform,skew" base=. gv40=.ab/gv40
         st "abgv40_$clock" $?
       done ;;
+    gv42chk)  # gv42 changes every 2-warpgroup grouped tile loop: the grouped GPU tests from its tree
+      # (all of them: the tile loops run wherever the dispatch picks them), then memcheck and
+      # racecheck on the tile-loop cases (the handoff between consumers and store warps)
+      in_tree gv42 timeout 360 python3 -m pytest -m gpu tests/gpu/test_grouped_gpu.py -q -p no:cacheprovider \
+        > "$D/gv42_pytest.log" 2>&1
+      st gv42_pytest $?; tail -3 "$D/gv42_pytest.log"
+      for tool in memcheck racecheck; do
+        in_tree gv42 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
+          "grouped:tile loop" "grouped:split tail" "grouped:tall" "grouped:pair" > "$D/gv42_$tool.log" 2>&1
+        st "gv42_$tool" $?; tail -2 "$D/gv42_$tool.log"
+      done ;;
+    abgv42)  # gv42 against main at both clocks, prefill points of both forms and projections
+      for clock in base none; do
+        AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_gv42_$clock" grouped \
+          "--paths grouped_contiguous,grouped_masked --scenarios ep8,ep32 --tokens 512,2048,8192 --dists uniform" \
+          base=. gv42=.ab/gv42
+        st "abgv42_$clock" $?
+      done ;;
     swchk)  # sw changes every stream-K kernel: the stream-K GPU tests of both families on its tree, and
       # memcheck / racecheck on its long-run case (where the shorter band applies)
       in_tree sw timeout 360 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py -q \
@@ -107,7 +127,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install gv40chk abgv40 swchk absw swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install gv40chk abgv40 gv42chk abgv42 swchk absw swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
