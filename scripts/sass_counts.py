@@ -5,8 +5,13 @@ backward branch around the HGMMAs).
 
     python3 scripts/sass_counts.py "indexed_wgmma(2, 32, 8, cwg=4)" "indexed_wgmma_streamk(2, 56, 8)"
     python3 scripts/sass_counts.py --ops "grouped_wgmma('masked', 2, 56, 6, 128)"
+    python3 scripts/sass_counts.py --reachable wgmma      # every reachable kernel whose family holds "wgmma"
 
-Each argument is a `chord_kernels.dispatch` expression returning a Launch. A producer stage with a
+Each argument is a `chord_kernels.dispatch` expression returning a Launch. R2UR counts the moves
+from vector to uniform registers: where ptxas cannot prove a value warp-uniform (a divergent branch
+around the loop, a role chosen by `threadIdx.x`), the ring position, the wgmma descriptors or a
+box's coordinates leave the uniform registers and come back by R2UR before each use (a producer
+stage or consumer k loop longer than its neighbours' is the sign; grouped-kernels.md v42). A producer stage with a
 branch (the column tile crossing N) counts both sides. Needs nvcc and cuobjdump on PATH (cuobjdump
 ships in the triton wheel: triton/backends/nvidia/bin/). Why it exists: the v21 producer work
 (docs/design/indexed-kernels.md) was steered by these counts before any device time was spent.
@@ -48,24 +53,40 @@ def producer_stages(lines: list[str]) -> list[int]:
     return out
 
 
-def hgmma_loops(lines: list[str]) -> list[tuple[int, Counter]]:
-    """(instructions, op counts) of every backward-branch loop that holds an HGMMA, smallest first:
-    the consumers' k loop, then the loops around it (tiles, stream-K segments)."""
+def hgmma_loop_bodies(lines: list[str]) -> list[list[str]]:
+    """Every backward-branch loop that holds an HGMMA, as its lines, smallest first: the
+    consumers' k loop, then the loops around it (tiles, stream-K segments)."""
     addr = [int(_ADDR.search(line).group(1), 16) for line in lines]
-    loops = []
+    bodies = []
     for i, line in enumerate(lines):
         m = re.search(r"BRA (0x[0-9a-f]+)", line)
         if m and int(m.group(1), 16) < addr[i]:
             body = [x for x, a in zip(lines, addr, strict=True) if int(m.group(1), 16) <= a <= addr[i]]
             if any("HGMMA" in x for x in body):
-                loops.append((len(body), Counter(_OP.search(x).group(1) for x in body)))
-    return sorted(loops, key=lambda loop: loop[0])
+                bodies.append(body)
+    return sorted(bodies, key=len)
 
 
-def compile_cubin(expr: str, workdir: Path, csrc: Path | None = None):
-    """(spec, cubin, nvcc's completed process) of a dispatch expression's kernel, built with the
-    JIT's own flags (the cubin the GPU runs; the flags include -lineinfo) from ``csrc``."""
-    spec = eval(expr, vars(dispatch)).spec  # a dispatch expression from the command line
+def hgmma_loops(lines: list[str]) -> list[tuple[int, Counter]]:
+    """(instructions, op counts) of each hgmma_loop_bodies loop, smallest first."""
+    return [(len(body), Counter(_OP.search(x).group(1) for x in body)) for body in hgmma_loop_bodies(lines)]
+
+
+def hgmma_k_loop(lines: list[str]) -> list[str]:
+    """The innermost loop holding an HGMMA (the consumers' k loop), or []."""
+    return next(iter(hgmma_loop_bodies(lines)), [])
+
+
+def uniform_moves(lines: list[str]) -> int:
+    """R2UR instructions (vector -> uniform register moves) in a listing or loop body."""
+    return sum(_OP.search(line).group(1) == "R2UR" for line in lines)
+
+
+def compile_cubin(expr, workdir: Path, csrc: Path | None = None):
+    """(spec, cubin, nvcc's completed process) of a dispatch expression's kernel (or a Launch),
+    built with the JIT's own flags (the cubin the GPU runs; the flags include -lineinfo) from
+    ``csrc``."""
+    spec = (eval(expr, vars(dispatch)) if isinstance(expr, str) else expr).spec  # an expression from the command line
     # One file per spec, not per symbol: variants of one kernel (a traced build, another occupancy
     # bound) share the symbol and are compiled side by side in one work folder.
     src = workdir / f"{spec.symbol}_{hashlib.sha1(repr(spec).encode()).hexdigest()[:10]}.cu"
@@ -76,7 +97,7 @@ def compile_cubin(expr: str, workdir: Path, csrc: Path | None = None):
     return spec, cubin, res
 
 
-def analyse(expr: str, workdir: Path, ops: bool) -> str:
+def analyse(expr, workdir: Path, ops: bool) -> str:
     spec, cubin, res = compile_cubin(expr, workdir)
     if res.returncode:
         return f"{expr}: compile failed\n{res.stderr[-2000:]}"
@@ -84,9 +105,9 @@ def analyse(expr: str, workdir: Path, ops: bool) -> str:
     spills = re.findall(r"(\d+) bytes spill stores", res.stderr)
     warnings = sorted(set(re.findall(r"C75\d\d", res.stderr)))
     lines = sass_lines(cubin)
-    report = [f"{expr} -> {spec.describe()}",
+    report = [f"{expr if isinstance(expr, str) else 'reachable'} -> {spec.describe()}",
               f"  registers {regs}, spill stores {spills} bytes, wgmma warnings {warnings or 'none'}, "
-              f"{len(lines)} SASS instructions",
+              f"{len(lines)} SASS instructions, R2UR {uniform_moves(lines)} (k loop {uniform_moves(hgmma_k_loop(lines))})",
               f"  producer stage(s): {producer_stages(lines) or 'none found'}"]
     for i, (size, counter) in enumerate(hgmma_loops(lines)):
         top = ", ".join(f"{op} {n}" for op, n in counter.most_common(12))
@@ -97,11 +118,22 @@ def analyse(expr: str, workdir: Path, ops: bool) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("launches", nargs="+", help="dispatch expressions, e.g. \"indexed_wgmma(2, 32, 8, cwg=4)\"")
+    parser.add_argument("launches", nargs="*", help="dispatch expressions, e.g. \"indexed_wgmma(2, 32, 8, cwg=4)\"")
     parser.add_argument("--ops", action="store_true", help="op mix of each HGMMA loop")
+    parser.add_argument("--reachable", metavar="TEXT",
+                        help="also every kernel the dispatch can pick whose family holds TEXT (\"\" for all)")
     args = parser.parse_args(argv)
+    launches = list(args.launches)
+    if args.reachable is not None:
+        seen = {}
+        for launch in dispatch.indexed_reachable_launches() + dispatch.grouped_reachable_launches():
+            if args.reachable in launch.spec.family:
+                seen.setdefault(launch.spec.symbol, launch)
+        launches += [seen[symbol] for symbol in sorted(seen)]
+    if not launches:
+        parser.error("no kernels: give dispatch expressions or --reachable")
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(2) as pool:
-        for text in pool.map(lambda e: analyse(e, Path(tmp), args.ops), args.launches):
+        for text in pool.map(lambda e: analyse(e, Path(tmp), args.ops), launches):
             print(text, flush=True)
     return 0
 

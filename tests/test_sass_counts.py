@@ -15,7 +15,7 @@ LISTING = """\
         /*0020*/                   IMAD.WIDE R4, R3, 0x4, R6 ;
         /*0030*/                   LDGSTS.E.BYPASS.128 [R8], desc[UR6][R4.64] ;
         /*0040*/                   ARRIVES.LDGSTSBAR.64.ARVCNT [UR4+0x20] ;
-        /*0050*/                   LOP3.LUT R9, R9, 0xf, RZ, 0xc0, !PT ;
+        /*0050*/                   R2UR UR9, R9 ;
         /*0060*/                   HGMMA.64x32x16.F32.BF16 R24, R64, gdesc[UR8], R24 ;
         /*0070*/               @P1 BRA 0x50 ;
         /*0080*/                   STG.E [R2.64], R9 ;
@@ -29,4 +29,12 @@ def test_producer_stage_and_hgmma_loops():
     assert sass_counts.producer_stages(lines) == [3]  # wait, address, copy, arrive
     loops = sass_counts.hgmma_loops(lines)
     assert [size for size, _ in loops] == [3, 9]  # the k loop, then the loop around it
-    assert loops[0][1]["HGMMA"] == 1 and loops[0][1]["LOP3"] == 1 and loops[0][1]["BRA"] == 1
+    assert loops[0][1]["HGMMA"] == 1 and loops[0][1]["R2UR"] == 1 and loops[0][1]["BRA"] == 1
+
+
+def test_uniform_moves_in_the_k_loop():
+    lines = [line for line in LISTING.splitlines() if line.strip()]
+    assert sass_counts.uniform_moves(lines) == 1
+    k_loop = sass_counts.hgmma_k_loop(lines)
+    assert len(k_loop) == 3 and sass_counts.uniform_moves(k_loop) == 1  # R2UR, HGMMA, BRA
+    assert sass_counts.hgmma_k_loop(lines[:2]) == []
