@@ -79,7 +79,8 @@ for step in "$@"; do
           "grouped:tile loop" "grouped:split tail" "grouped:tall" "grouped:pair" > "$D/gv42_$tool.log" 2>&1
         st "gv42_$tool" $?; tail -2 "$D/gv42_$tool.log"
       done ;;
-    abgv42)  # gv42 against main at both clocks, prefill points of both forms and projections
+    abgv42)  # gv42 against main at both clocks, prefill points of both forms and projections (the tall
+      # tile, 256 x 96, and 256 x 128 on 5 stages: EP8 T=2048, EP32 T=512 down)
       for clock in base none; do
         AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_gv42_$clock" grouped \
           "--paths grouped_contiguous,grouped_masked --scenarios ep8,ep32 --tokens 512,2048,8192 --dists uniform" \
