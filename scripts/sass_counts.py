@@ -31,6 +31,7 @@ from pathlib import Path
 from chord_kernels import dispatch
 from chord_kernels.jit import compiler
 from chord_kernels.jit.paths import csrc_dir
+from chord_kernels.profiles import all_default_specs
 
 _ADDR = re.compile(r"/\*([0-9a-f]{4,})\*/")
 _OP = re.compile(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
@@ -83,10 +84,10 @@ def uniform_moves(lines: list[str]) -> int:
 
 
 def compile_cubin(expr, workdir: Path, csrc: Path | None = None):
-    """(spec, cubin, nvcc's completed process) of a dispatch expression's kernel (or a Launch),
+    """(spec, cubin, nvcc's completed process) of a dispatch expression's kernel (or a KernelSpec),
     built with the JIT's own flags (the cubin the GPU runs; the flags include -lineinfo) from
     ``csrc``."""
-    spec = (eval(expr, vars(dispatch)) if isinstance(expr, str) else expr).spec  # an expression from the command line
+    spec = eval(expr, vars(dispatch)).spec if isinstance(expr, str) else expr  # an expression from the command line
     # One file per spec, not per symbol: variants of one kernel (a traced build, another occupancy
     # bound) share the symbol and are compiled side by side in one work folder.
     src = workdir / f"{spec.symbol}_{hashlib.sha1(repr(spec).encode()).hexdigest()[:10]}.cu"
@@ -99,20 +100,22 @@ def compile_cubin(expr, workdir: Path, csrc: Path | None = None):
 
 def analyse(expr, workdir: Path, ops: bool) -> str:
     spec, cubin, res = compile_cubin(expr, workdir)
+    label = expr if isinstance(expr, str) else "reachable"
     if res.returncode:
-        return f"{expr}: compile failed\n{res.stderr[-2000:]}"
+        return f"{label} ({spec.describe()}): compile failed\n{res.stderr[-2000:]}"
     regs = re.findall(r"Used (\d+) registers", res.stderr)
     spills = re.findall(r"(\d+) bytes spill stores", res.stderr)
     warnings = sorted(set(re.findall(r"C75\d\d", res.stderr)))
     lines = sass_lines(cubin)
-    report = [f"{expr if isinstance(expr, str) else 'reachable'} -> {spec.describe()}",
+    k_loop = hgmma_k_loop(lines)
+    report = [f"{label} -> {spec.describe()}",
               f"  registers {regs}, spill stores {spills} bytes, wgmma warnings {warnings or 'none'}, "
-              f"{len(lines)} SASS instructions, R2UR {uniform_moves(lines)} (k loop {uniform_moves(hgmma_k_loop(lines))})",
+              f"{len(lines)} SASS instructions, R2UR {uniform_moves(lines)} (k loop {uniform_moves(k_loop)})",
               f"  producer stage(s): {producer_stages(lines) or 'none found'}"]
     for i, (size, counter) in enumerate(hgmma_loops(lines)):
         top = ", ".join(f"{op} {n}" for op, n in counter.most_common(12))
-        label = "consumer k loop" if i == 0 else "an enclosing loop"
-        report.append(f"  {label}: {size} instructions" + (f" ({top})" if ops else ""))
+        kind = "consumer k loop" if i == 0 else "an enclosing loop"
+        report.append(f"  {kind}: {size} instructions" + (f" ({top})" if ops else ""))
     return "\n".join(report)
 
 
@@ -124,12 +127,9 @@ def main(argv=None) -> int:
                         help="also every kernel the dispatch can pick whose family holds TEXT (\"\" for all)")
     args = parser.parse_args(argv)
     launches = list(args.launches)
-    if args.reachable is not None:
-        seen = {}
-        for launch in dispatch.indexed_reachable_launches() + dispatch.grouped_reachable_launches():
-            if args.reachable in launch.spec.family:
-                seen.setdefault(launch.spec.symbol, launch)
-        launches += [seen[symbol] for symbol in sorted(seen)]
+    if args.reachable is not None:  # what CI compiles (profiles.all_default_specs)
+        launches += sorted((spec for spec in all_default_specs() if args.reachable in spec.family),
+                           key=lambda spec: spec.symbol)
     if not launches:
         parser.error("no kernels: give dispatch expressions or --reachable")
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(2) as pool:
