@@ -13,7 +13,8 @@
 #
 # then, with carry [".ab", ".whl"] and CHORD_COMMIT=<main's short sha>, one call each (the minutes
 # are estimates: the c4 A/B of 2026-12-05 ran 3 trees on 36 points in ~5 min at one clock):
-#   call 1: bash .../plan.sh install swchk absw            (~6 min: decides sw; the largest miss)
+#   call 1: bash .../plan.sh install swchk absw probe      (~7 min: decides sw, the largest miss; the
+#           wgmma k-loop probe, benchmarks/probes/README.md: where TP8 prefill's stage time goes)
 #   call 2: bash .../plan.sh install gv42chk abgv42        (~8 min: decides gv42; every prefill point)
 #   call 3: bash .../plan.sh install gv40chk abgv40        (~7 min: decides gv40)
 #   call 4: APPLY="gv40 sw gv42" bash .../plan.sh install grpgrid   (~7 min: the grouped grid with
@@ -118,6 +119,9 @@ for step in "$@"; do
       AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=100 bash benchmarks/ncu_ab.sh "$D/ab_v47_boost" indexed \
         "--scenarios ep8,tp8 --tokens 8,20 --dists uniform,skew" base=.ab/c119a58 v47=.
       st v47boost $? ;;
+    probe)  # the wgmma consumers' k loop alone, every production tile shape (~1 min, no install needed)
+      PROBE_OUT=$D/probe timeout 300 bash benchmarks/probes/run_mainloop.sh > "$D/probe.log" 2>&1
+      st probe $?; tail -45 "$D/probe.log" ;;
     idxgrid)
       label=$(apply_candidates) || { st idxgrid_apply 1; exit 1; }
       OUT=$D/idxgrid CHORD_COMMIT=$label CHORD_BUDGET_S=120 HUMMING_BUDGET_S=170 HUMMING_PREWARM_JOBS=12 \
@@ -128,7 +132,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install gv40chk abgv40 gv42chk abgv42 swchk absw swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install gv40chk abgv40 gv42chk abgv42 swchk absw probe swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
