@@ -39,9 +39,11 @@ def launches_per_call(rec: dict) -> int:
 
 def load(directory: Path, family: str, label: str) -> dict[str, tuple[str, float]]:
     """point -> (kernel, µs): the JSON's checked records matched in order to ncu's kernels (a
-    pair's two summed, named by the one that ran: the longer, marked "+pair")."""
+    pair's two summed, named by the one that ran: the longer, marked "+pair"). A record whose check
+    failed ran its kernels too (a wrong candidate, or a diagnostic build such as the feed-only one,
+    which is wrong by design): timed, and its kernel marked "(check failed)"."""
     records = [r for r in json.loads((directory / f"{family}_{label}.json").read_text())["points"]
-               if r.get("check") == "ok"]
+               if r.get("check") in ("ok", "fail", "nan")]
     kernels = kernel_times(directory / f"ncu_{family}_{label}.csv")
     want = sum(launches_per_call(r) for r in records)
     if len(kernels) != want:
@@ -52,6 +54,7 @@ def load(directory: Path, family: str, label: str) -> dict[str, tuple[str, float
         call = kernels[i:i + launches_per_call(rec)]
         i += len(call)
         name = max(call, key=lambda kernel: kernel[1])[0] + (" +pair" if len(call) > 1 else "")
+        name += "" if rec["check"] == "ok" else " (check failed)"
         out[point_key(rec)] = (name, sum(us for _, us in call))
     return out
 

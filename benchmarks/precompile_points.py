@@ -51,11 +51,13 @@ def main(argv=None) -> int:
     import torch
     from chord_kernels.cli import precompile
     from chord_kernels.device import kernel_arch
+    from chord_kernels.jit.launch import diagnostic_spec
 
     runner.require_gpu()
     index = torch.cuda.current_device()
     launches = point_launches(args, kernel_arch(index), torch.cuda.get_device_properties(index).multi_processor_count)
-    specs = list({launch.spec.symbol: launch.spec for launch in launches}.values())
+    # The builds the runs load: the traced or feed-only one where the environment asks for it.
+    specs = list({launch.spec.symbol: diagnostic_spec(launch.spec) for launch in launches}.values())
     precompile(specs, args.jobs, progress=False)
     print(f"{len(specs)} kernel(s) compiled for {len(launches)} points")
     return 0

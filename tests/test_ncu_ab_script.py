@@ -100,6 +100,10 @@ def test_ncu_ab_table_sums_a_grouped_pair(tmp_path):
     got = ncu_ab_table.load(tmp_path, "grouped", "a")
     assert got == {"contiguous ep16 uniform T2048 gate_up": ("tall +pair", 1503.0),
                    "contiguous ep16 uniform T2048 down": ("short", 900.0)}
+    points[1]["check"] = "fail"  # a wrong candidate or a diagnostic build: timed, and marked
+    (tmp_path / "grouped_a.json").write_text(json.dumps({"points": points + [{**points[1], "check": None}]}))
+    assert ncu_ab_table.load(tmp_path, "grouped", "a")["contiguous ep16 uniform T2048 down"] == (
+        "short (check failed)", 900.0)
     (tmp_path / "ncu_grouped_a.csv").write_text(csv_text.rsplit("\n", 2)[0] + "\n")  # one kernel short
     with pytest.raises(SystemExit, match="2 kernels timed for 2 checked points \\(3 launches\\)"):
         ncu_ab_table.load(tmp_path, "grouped", "a")

@@ -39,3 +39,47 @@ def test_mainloop_table(tmp_path):
     assert "| 896 | 910 | 448 | 50 % | 168 | 0 | 1930 |" in lines[2]
     assert "| 448 |  | 168 |" in lines[3]  # no tensor share for the dequantization alone
     assert mainloop_table.main([str(path)]) == 0
+
+
+# The feed-only diagnostic build (CHORD_DIAG_FEED_ONLY=1, chord_kernels.jit.launch): the kernels'
+# time without their k loop's work, to set beside the k loop alone.
+def test_the_environment_switch_loads_the_feed_only_build(monkeypatch):
+    from chord_kernels.dispatch import indexed_wgmma_streamk
+    from chord_kernels.jit import compiler, launch
+
+    spec = indexed_wgmma_streamk(2, 56, 8).spec
+    loaded = []
+    monkeypatch.setattr(launch, "_load", lambda s, device, smem: loaded.append(s) or s)
+    monkeypatch.delenv("CHORD_DIAG_FEED_ONLY", raising=False)
+    assert launch.load_kernel(spec, 0) is spec
+    monkeypatch.setenv("CHORD_DIAG_FEED_ONLY", "1")
+    feed = launch.load_kernel(spec, 0)
+    assert feed.extra_flags == (launch.FEED_ONLY_FLAG,) and feed.symbol == spec.symbol
+    assert feed.describe().endswith(" -DCHORD_DIAG_FEED_ONLY=1")
+    assert launch.diagnostic_spec(feed) == feed  # the flag once, however often it is asked for
+    assert compiler.cache_key(feed, compiler_version="v") != compiler.cache_key(spec, compiler_version="v")
+
+
+def _ptx(spec, tmp_path, nvcc) -> str:
+    from chord_kernels.jit import compiler
+    from chord_kernels.jit.paths import csrc_dir
+
+    src = tmp_path / f"{spec.symbol}_{len(spec.extra_flags)}.cu"
+    src.write_text(spec.source())
+    subprocess.run([nvcc, "-ptx", *compiler.compile_flags(spec, csrc_dir()), "-o", str(src.with_suffix(".ptx")), str(src)],
+                   check=True, capture_output=True, text=True)
+    return src.with_suffix(".ptx").read_text()
+
+
+def test_feed_only_builds_have_no_k_loop_work(tmp_path, real_nvcc):
+    import dataclasses
+
+    from chord_kernels.dispatch import indexed_mma_streamk, indexed_wgmma_streamk
+    from chord_kernels.jit.launch import FEED_ONLY_FLAG
+
+    for spec, mma in ((indexed_wgmma_streamk(2, 56, 8).spec, "wgmma.mma_async"),
+                      (indexed_mma_streamk(2, 1, 256, 3).spec, "mma.sync")):
+        feed = dataclasses.replace(spec, extra_flags=(FEED_ONLY_FLAG,))
+        assert mma in _ptx(spec, tmp_path, real_nvcc)
+        feed_ptx = _ptx(feed, tmp_path, real_nvcc)
+        assert mma not in feed_ptx and "cp.async" in feed_ptx  # the feed stays

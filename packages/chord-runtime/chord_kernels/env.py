@@ -40,8 +40,9 @@ BLOCK_M = "CHORD_W4A16_BLOCK_M"
 PRINT_CONFIGS = "CHORD_PRINT_CONFIGS"
 GROUPED_SPLIT_K = "CHORD_GROUPED_SPLIT_K"
 CTA_TRACE = "CHORD_CTA_TRACE"  # the diagnostic build: per-CTA start/end records (chord_kernels.cta_trace)
+DIAG_FEED_ONLY = "CHORD_DIAG_FEED_ONLY"  # the diagnostic build without the k loop's work (jit.launch)
 _KEYS = {name: name.encode() for name in (VALIDATE_ROUTING, INDEXED_KERNEL, TUNING, BLOCK_M, PRINT_CONFIGS,
-                                          GROUPED_SPLIT_K, CTA_TRACE)}
+                                          GROUPED_SPLIT_K, CTA_TRACE, DIAG_FEED_ONLY)}
 
 
 _FLAG_VALUES: dict = {}  # raw value -> bool: a switch read per call decodes each value once

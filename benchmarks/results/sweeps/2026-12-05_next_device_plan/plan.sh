@@ -16,11 +16,13 @@
 #   call 1: bash .../plan.sh install swchk absw probe      (~7 min: decides sw, the largest miss; the
 #           wgmma k-loop probe, benchmarks/probes/README.md: where TP8 prefill's stage time goes)
 #   call 2: bash .../plan.sh install gv42chk abgv42        (~8 min: decides gv42; every prefill point)
-#   call 3: bash .../plan.sh install gv40chk abgv40        (~7 min: decides gv40)
+#   call 3: bash .../plan.sh install feed                  (~4 min: the feed-only build against main,
+#           TP8/EP8 prefill and masked EP16 T=8192; with the probe: consumers or feed)
 #   call 4: APPLY="gv40 sw gv42" bash .../plan.sh install grpgrid   (~7 min: the grouped grid with
 #           the winners applied to the device's copy, labelled <sha>+gv40+sw+gv42; APPLY="" for
 #           main's; the patches apply in any order)
-#   if minutes remain: swtrace (~1.5 min), APPLY=... idxgrid (~9 min), then v47boost (~2 min)
+#   if minutes remain: gv40chk abgv40 (~7 min: decides gv40), swtrace (~1.5 min), APPLY=... idxgrid
+#   (~9 min), then v47boost (~2 min)
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere; land the winners after the session (git apply, move their design-log entries to
 # measured), and the grids' outputs into docs/performance.md and benchmarks/results/.
@@ -122,6 +124,15 @@ for step in "$@"; do
     probe)  # the wgmma consumers' k loop alone, every production tile shape (~1 min, no install needed)
       PROBE_OUT=$D/probe timeout 300 bash benchmarks/probes/run_mainloop.sh > "$D/probe.log" 2>&1
       st probe $?; tail -45 "$D/probe.log" ;;
+    feed)  # the feed alone (CHORD_DIAG_FEED_ONLY=1: every mma_stage returns at once) against main at
+      # base clock: where the probe's k loop alone is far under a kernel's stage time, this says
+      # whether the feed (producer, ring, memory, epilogue) takes the rest
+      AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_feed_indexed" \
+        indexed "--scenarios ep8,tp8 --tokens 2048,8192 --dists uniform" base=. feed=.
+      st feed_indexed $?
+      AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_feed_grouped" \
+        grouped "--paths grouped_masked --scenarios ep16 --tokens 8192 --dists uniform" base=. feed=.
+      st feed_grouped $? ;;
     idxgrid)
       label=$(apply_candidates) || { st idxgrid_apply 1; exit 1; }
       OUT=$D/idxgrid CHORD_COMMIT=$label CHORD_BUDGET_S=120 HUMMING_BUDGET_S=170 HUMMING_PREWARM_JOBS=12 \
@@ -132,7 +143,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install gv40chk abgv40 gv42chk abgv42 swchk absw probe swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install gv40chk abgv40 gv42chk abgv42 swchk absw probe feed swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan

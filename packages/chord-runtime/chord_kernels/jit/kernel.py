@@ -62,4 +62,6 @@ class KernelSpec:
         cfg = ", ".join(f"{k}={v}" for k, v in self.template_args)
         cluster = f" cluster=1x1x{self.cluster_z}" if self.cluster_z > 1 else ""
         trace = " trace" if self.trace else ""
-        return f"{self.family}[{cfg}] threads={self.threads}x{self.min_blocks_per_sm}/SM{cluster} arch={self.arch}{trace}"
+        flags = "".join(f" {flag}" for flag in self.extra_flags)
+        return (f"{self.family}[{cfg}] threads={self.threads}x{self.min_blocks_per_sm}/SM{cluster} "
+                f"arch={self.arch}{trace}{flags}")

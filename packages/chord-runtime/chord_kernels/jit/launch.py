@@ -52,11 +52,27 @@ def _load(spec: KernelSpec, device: int, max_dynamic_smem: int) -> LoadedKernel:
     return kernel
 
 
-def load_kernel(spec: KernelSpec, device: int, max_dynamic_smem: int = 0) -> LoadedKernel:
-    """Compile (cached on disk) and load ``spec`` on ``device``; memoized per process. With
-    CHORD_CTA_TRACE set, the diagnostic build of it (chord_kernels.cta_trace)."""
+# The diagnostic build without the consumers' k-loop work (no dequantization, no MMA: every
+# `mma_stage` returns at once; CHORD_DIAG_FEED_ONLY=1): the kernel then takes as long as what feeds
+# its k loop (producer, ring, memory, epilogue). Set against the normal build and the k loop
+# alone (benchmarks/probes/), it says which of them sets a kernel's pace. Its results are wrong.
+FEED_ONLY_FLAG = "-DCHORD_DIAG_FEED_ONLY=1"
+
+
+def diagnostic_spec(spec: KernelSpec) -> KernelSpec:
+    """``spec`` as the environment's diagnostic switches ask for: the traced build
+    (CHORD_CTA_TRACE, chord_kernels.cta_trace), the feed-only build (CHORD_DIAG_FEED_ONLY)."""
     if env.flag(env.CTA_TRACE):
         spec = replace(spec, trace=True)
+    if env.flag(env.DIAG_FEED_ONLY) and FEED_ONLY_FLAG not in spec.extra_flags:
+        spec = replace(spec, extra_flags=(*spec.extra_flags, FEED_ONLY_FLAG))
+    return spec
+
+
+def load_kernel(spec: KernelSpec, device: int, max_dynamic_smem: int = 0) -> LoadedKernel:
+    """Compile (cached on disk) and load ``spec`` on ``device``; memoized per process. With a
+    diagnostic switch set, that build of it (diagnostic_spec)."""
+    spec = diagnostic_spec(spec)
     with _lock:
         return _load(spec, device, max_dynamic_smem)
 
