@@ -39,7 +39,7 @@ constexpr const char* kWorkNames[] = {"production", "both", "mma_only", "dequant
 
 // fold ^= a ^ b in one LOP3: the dequantized fragments must go somewhere or ptxas drops them (an
 // empty asm statement does not keep them: ptxas never sees it). Costs the dequant-only loop one
-// instruction per two registers, 4 * WM a k step.
+// instruction per two registers, 2 * WM a k step.
 __device__ __forceinline__ void fold2(uint32_t& fold, uint32_t a, uint32_t b) {
   asm volatile("lop3.b32 %0, %0, %1, %2, 0x96;\n" : "+r"(fold) : "r"(a), "r"(b));
 }
