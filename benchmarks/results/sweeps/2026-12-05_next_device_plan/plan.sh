@@ -6,23 +6,21 @@
 #
 #   S=benchmarks/results/sweeps
 #   bash benchmarks/ab_tree.sh HEAD gv40 --patch $S/2026-12-05_gv40_shallow_decode/gv40.diff
-#   bash benchmarks/ab_tree.sh HEAD sw --patch $S/2026-12-05_sw_last_band/sw.diff
 #   bash benchmarks/ab_tree.sh HEAD gv42 --patch $S/2026-12-05_gv42_deferred_store/gv42.diff
 #   bash benchmarks/ab_tree.sh c119a58          # main before v47, for the v47 A/B at boost clock
 #   mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19 packaging   (if .whl is gone)
 #
 # then, with carry [".ab", ".whl"] and CHORD_COMMIT=<main's short sha>, one call each (the minutes
-# are estimates: the c4 A/B of 2026-12-05 ran 3 trees on 36 points in ~5 min at one clock):
-#   call 1: bash .../plan.sh install swchk absw probe      (~7 min: decides sw, the largest miss; the
-#           wgmma k-loop probe, benchmarks/probes/README.md: where TP8 prefill's stage time goes)
-#   call 2: bash .../plan.sh install gv42chk abgv42        (~8 min: decides gv42; every prefill point)
-#   call 3: bash .../plan.sh install feed                  (~4 min: the feed-only build against main,
-#           TP8/EP8 prefill and masked EP16 T=8192; with the probe: consumers or feed)
-#   call 4: APPLY="gv40 sw gv42" bash .../plan.sh install grpgrid   (~7 min: the grouped grid with
-#           the winners applied to the device's copy, labelled <sha>+gv40+sw+gv42; APPLY="" for
-#           main's; the patches apply in any order)
-#   if minutes remain: gv40chk abgv40 (~7 min: decides gv40), swtrace (~1.5 min), APPLY=... idxgrid
-#   (~9 min), then v47boost (~2 min)
+# are estimates from the runs of 2026-12-04/05). Done on 2026-12-05 (an H100, after 4 refused
+# starts): swchk absw probe (sw rejected; probe results in indexed-kernels.md v49). Left:
+#   call 1: bash .../plan.sh install feed gv42chk           (~6.5 min: the feed-only build against
+#           main, TP8/EP8 prefill and masked EP16 T=8192, which with the probe says what limits TP8
+#           prefill; gv42's GPU tests and sanitizers)
+#   call 2: bash .../plan.sh install abgv42                 (~5 min: decides gv42; every prefill point)
+#   call 3: APPLY="gv42" bash .../plan.sh install grpgrid   (~7 min: the grouped grid with the
+#           winners applied to the device's copy, labelled <sha>+gv42; APPLY="" for main's)
+#   if minutes remain: gv40chk abgv40 (~7 min: decides gv40), APPLY=... idxgrid (~9 min), then
+#   v47boost (~2 min)
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere; land the winners after the session (git apply, move their design-log entries to
 # measured), and the grids' outputs into docs/performance.md and benchmarks/results/.
