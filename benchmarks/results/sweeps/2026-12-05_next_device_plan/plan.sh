@@ -11,14 +11,14 @@
 #   mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19 packaging   (if .whl is gone)
 #
 # then, with carry [".ab", ".whl"] and CHORD_COMMIT=<main's short sha>, one call each (the minutes
-# are estimates from the runs of 2026-12-04/05). Done on 2026-12-05 (an H100, after 4 refused
-# starts): swchk absw probe (sw rejected; probe results in indexed-kernels.md v49). Left:
-#   call 1: bash .../plan.sh install feed gv42chk           (~6.5 min: the feed-only build against
-#           main, TP8/EP8 prefill and masked EP16 T=8192, which with the probe says what limits TP8
-#           prefill; gv42's GPU tests and sanitizers)
-#   call 2: bash .../plan.sh install abgv42                 (~5 min: decides gv42; every prefill point)
-#   call 3: APPLY="gv42" bash .../plan.sh install grpgrid   (~7 min: the grouped grid with the
-#           winners applied to the device's copy, labelled <sha>+gv42; APPLY="" for main's)
+# are estimates from the runs of 2026-12-04/05). Done on 2026-12-05 (an H100, after 5 refused
+# starts): swchk absw probe feed (sw rejected; probe and feed in indexed-kernels.md v49), and a
+# partial abgv42 that crashed on the masked 256 x 128 tile (fixed in gv42.diff since: rebuild
+# .ab/gv42 from it). Left:
+#   call 1: bash .../plan.sh install gv42chk abgv42   (~8 min: gv42's GPU tests and sanitizers
+#           first, then its A/B at both clocks; stop at the first failure)
+#   call 2: APPLY="gv42" bash .../plan.sh install grpgrid   (~7 min, on an H200: the grouped grid
+#           with the winners applied to the device's copy, labelled <sha>+gv42; APPLY="" for main's)
 #   if minutes remain: gv40chk abgv40 (~7 min: decides gv40), APPLY=... idxgrid (~9 min), then
 #   v47boost (~2 min)
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
@@ -81,7 +81,9 @@ for step in "$@"; do
         st "gv42_$tool" $?; tail -2 "$D/gv42_$tool.log"
       done ;;
     abgv42)  # gv42 against main at both clocks, prefill points of both forms and projections (the tall
-      # tile, 256 x 96, and 256 x 128 on 5 stages: EP8 T=2048, EP32 T=512 down)
+      # tile, 256 x 96, and 256 x 128 on 5 stages: EP8 T=2048, EP32 T=512 down); not after a failed
+      # gv42chk in the same session (a wrong kernel is not timed: it crashed the first A/B)
+      if grep -Eq "^gv42_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abgv42_skipped 1; continue; fi
       for clock in base none; do
         AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_gv42_$clock" grouped \
           "--paths grouped_contiguous,grouped_masked --scenarios ep8,ep32 --tokens 512,2048,8192 --dists uniform" \
