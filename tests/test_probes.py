@@ -60,6 +60,18 @@ def test_the_environment_switch_loads_the_feed_only_build(monkeypatch):
     assert compiler.cache_key(feed, compiler_version="v") != compiler.cache_key(spec, compiler_version="v")
 
 
+def test_the_no_store_switch_combines_with_feed_only(monkeypatch):
+    from chord_kernels.dispatch import indexed_wgmma_streamk
+    from chord_kernels.jit import launch
+
+    spec = indexed_wgmma_streamk(2, 56, 8).spec
+    monkeypatch.delenv("CHORD_DIAG_FEED_ONLY", raising=False)
+    monkeypatch.setenv("CHORD_DIAG_NO_STORE", "1")
+    assert launch.diagnostic_spec(spec).extra_flags == (launch.NO_STORE_FLAG,)
+    monkeypatch.setenv("CHORD_DIAG_FEED_ONLY", "1")
+    assert launch.diagnostic_spec(spec).extra_flags == (launch.FEED_ONLY_FLAG, launch.NO_STORE_FLAG)
+
+
 def _ptx(spec, tmp_path, nvcc) -> str:
     from chord_kernels.jit import compiler
     from chord_kernels.jit.paths import csrc_dir
@@ -83,3 +95,22 @@ def test_feed_only_builds_have_no_k_loop_work(tmp_path, real_nvcc):
         assert mma in _ptx(spec, tmp_path, real_nvcc)
         feed_ptx = _ptx(feed, tmp_path, real_nvcc)
         assert mma not in feed_ptx and "cp.async" in feed_ptx  # the feed stays
+
+
+def test_no_store_builds_write_no_output(tmp_path, real_nvcc):
+    """The no-store build (CHORD_DIAG_NO_STORE) keeps the loads and the k loop and drops the
+    output's global stores: its BF16 stores to `out` are gone (the stream-K fix-up's FP32 partials
+    to the workspace stay), and it still runs its MMAs."""
+    import dataclasses
+
+    from chord_kernels.dispatch import indexed_mma_streamk, indexed_wgmma_streamk
+    from chord_kernels.jit.launch import NO_STORE_FLAG
+
+    out_stores = ("st.global.u16", "st.global.v4.u32")  # BF16 one by one, 16-byte pieces of the staged rows
+    for spec, mma in ((indexed_wgmma_streamk(2, 56, 8).spec, "wgmma.mma_async"),
+                      (indexed_mma_streamk(2, 1, 256, 3).spec, "mma.sync")):
+        plain = _ptx(spec, tmp_path, real_nvcc)
+        quiet = _ptx(dataclasses.replace(spec, extra_flags=(NO_STORE_FLAG,)), tmp_path, real_nvcc)
+        assert all(s in plain for s in out_stores) and not any(s in quiet for s in out_stores), spec.describe()
+        assert mma in quiet and "st.global.cg.v4.f32" in quiet  # the k loop and the fix-up's partials stay
+

@@ -10,6 +10,17 @@
 
 namespace chord {
 
+// The diagnostic build without the output's global stores (CHORD_DIAG_NO_STORE=1,
+// chord_kernels.jit.launch): every write to MoeParams::out is skipped (with the reads that feed
+// it), so a kernel's time without its epilogue's stores; set beside the normal and feed-only
+// builds it says whether the stores or the loads hold a feed-bound kernel. Its outputs are never
+// written.
+#ifdef CHORD_DIAG_NO_STORE
+constexpr bool kDiagNoStore = true;
+#else
+constexpr bool kDiagNoStore = false;
+#endif
+
 // How a kernel finds its rows (the ROUTING template argument of the grouped family).
 enum Routing : int {
   kIndexed = 0,        // vLLM moe_align_block_size: sorted_ids / expert_ids / num_tokens_padded

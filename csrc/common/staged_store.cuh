@@ -62,7 +62,7 @@ __device__ __forceinline__ void store_staged_rows(const MoeParams& p, const __nv
   constexpr int kPasses = (ROWS + kRowStep - 1) / kRowStep;
   constexpr int kBatch = kPasses < 8 ? kPasses : 8;
   const int piece = t % kPiecesPerRow, col = col0 + piece * 8;
-  if (col >= p.n) return;
+  if (kDiagNoStore || col >= p.n) return;
   const int row0 = t / kPiecesPerRow;
 #pragma unroll
   for (int b = 0; b < kPasses; b += kBatch) {

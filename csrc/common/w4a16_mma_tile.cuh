@@ -241,7 +241,7 @@ struct MmaTile {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int t = i / TT, tt = i % TT;
     const int tile = row0 / kTile + warp * NT + t;
-    if (tile >= p.n / kTile) return;  // the clamped tiles past N
+    if (kDiagNoStore || tile >= p.n / kTile) return;  // the clamped tiles past N
     const int col = tile * kTile + lane / 4;
     const float e[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll

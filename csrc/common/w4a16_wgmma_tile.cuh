@@ -529,7 +529,7 @@ struct WgmmaTile {
     const int cwarp = ctid / 32, lane = ctid % 32;
     const int m = i / (BN / 8), j = i % (BN / 8);
     const int tile = tile_of(col_tile, cwarp, m);
-    if (tile >= p.n / kTile) return;  // the clamped tiles past N
+    if (kDiagNoStore || tile >= p.n / kTile) return;  // the clamped tiles past N
     const int col = tile * kTile + lane / 4;
     const float e[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll

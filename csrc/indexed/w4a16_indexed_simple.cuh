@@ -95,7 +95,7 @@ struct IndexedSimple {
     }
 
     const int col = n0 + my_col;
-    if (col >= p.n) return;
+    if (kDiagNoStore || col >= p.n) return;
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
       const int route = route_s[my_row0 + i];

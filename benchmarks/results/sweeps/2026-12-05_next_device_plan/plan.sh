@@ -17,7 +17,9 @@
 # .ab/gv42 from it). Left:
 #   call 1: bash .../plan.sh install gv42chk abgv42   (~8 min: gv42's GPU tests and sanitizers
 #           first, then its A/B at both clocks; stop at the first failure)
-#   call 2: APPLY="gv42" bash .../plan.sh install grpgrid   (~7 min, on an H200: the grouped grid
+#   call 2: bash .../plan.sh install split                 (~5 min: the feed split into loads and
+#           stores on TP8 prefill and masked EP16 T=8192; says what the next TP8 change is)
+#   call 3: APPLY="gv42" bash .../plan.sh install grpgrid   (~7 min, on an H200: the grouped grid
 #           with the winners applied to the device's copy, labelled <sha>+gv42; APPLY="" for main's)
 #   if minutes remain: gv40chk abgv40 (~7 min: decides gv40), APPLY=... idxgrid (~9 min), then
 #   v47boost (~2 min)
@@ -133,6 +135,18 @@ for step in "$@"; do
       AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_feed_grouped" \
         grouped "--paths grouped_masked --scenarios ep16 --tokens 8192 --dists uniform" base=. feed=.
       st feed_grouped $? ;;
+    split)  # the feed split into loads and stores: main, feed only, no output stores, both (the loads
+      # alone), ncu at base clock, on the feed-bound points (indexed-kernels.md v49)
+      AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_ENV_nostore="CHORD_DIAG_NO_STORE=1" \
+        AB_ENV_loads="CHORD_DIAG_FEED_ONLY=1 CHORD_DIAG_NO_STORE=1" AB_INSTALL=0 AB_TIMEOUT=150 \
+        bash benchmarks/ncu_ab.sh "$D/ab_split_indexed" indexed "--scenarios tp8 --tokens 2048,8192 --dists uniform" \
+        base=. feed=. nostore=. loads=.
+      st split_indexed $?
+      AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_ENV_nostore="CHORD_DIAG_NO_STORE=1" \
+        AB_ENV_loads="CHORD_DIAG_FEED_ONLY=1 CHORD_DIAG_NO_STORE=1" AB_INSTALL=0 AB_TIMEOUT=150 \
+        bash benchmarks/ncu_ab.sh "$D/ab_split_grouped" grouped \
+        "--paths grouped_masked --scenarios ep16 --tokens 8192 --dists uniform" base=. feed=. nostore=. loads=.
+      st split_grouped $? ;;
     idxgrid)
       label=$(apply_candidates) || { st idxgrid_apply 1; exit 1; }
       OUT=$D/idxgrid CHORD_COMMIT=$label CHORD_BUDGET_S=120 HUMMING_BUDGET_S=170 HUMMING_PREWARM_JOBS=12 \
@@ -143,7 +157,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install gv40chk abgv40 gv42chk abgv42 swchk absw probe feed swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install gv40chk abgv40 gv42chk abgv42 swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan

@@ -57,15 +57,22 @@ def _load(spec: KernelSpec, device: int, max_dynamic_smem: int) -> LoadedKernel:
 # its k loop (producer, ring, memory, epilogue). Set against the normal build and the k loop
 # alone (benchmarks/probes/), it says which of them sets a kernel's pace. Its results are wrong.
 FEED_ONLY_FLAG = "-DCHORD_DIAG_FEED_ONLY=1"
+# The diagnostic build without the output's global stores (CHORD_DIAG_NO_STORE=1; kDiagNoStore in
+# csrc/common/moe_params.cuh): with the feed-only build it splits a feed-bound kernel's time into
+# its loads and its stores. Its outputs are never written. The two switches combine.
+NO_STORE_FLAG = "-DCHORD_DIAG_NO_STORE=1"
+_DIAGNOSTIC_FLAGS = ((env.DIAG_FEED_ONLY, FEED_ONLY_FLAG), (env.DIAG_NO_STORE, NO_STORE_FLAG))
 
 
 def diagnostic_spec(spec: KernelSpec) -> KernelSpec:
     """``spec`` as the environment's diagnostic switches ask for: the traced build
-    (CHORD_CTA_TRACE, chord_kernels.cta_trace), the feed-only build (CHORD_DIAG_FEED_ONLY)."""
+    (CHORD_CTA_TRACE, chord_kernels.cta_trace), the feed-only build (CHORD_DIAG_FEED_ONLY), the
+    build without the output's stores (CHORD_DIAG_NO_STORE)."""
     if env.flag(env.CTA_TRACE):
         spec = replace(spec, trace=True)
-    if env.flag(env.DIAG_FEED_ONLY) and FEED_ONLY_FLAG not in spec.extra_flags:
-        spec = replace(spec, extra_flags=(*spec.extra_flags, FEED_ONLY_FLAG))
+    for switch, flag in _DIAGNOSTIC_FLAGS:
+        if env.flag(switch) and flag not in spec.extra_flags:
+            spec = replace(spec, extra_flags=(*spec.extra_flags, flag))
     return spec
 
 
