@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     runner.require_gpu()
     index = torch.cuda.current_device()
     launches = point_launches(args, kernel_arch(index), torch.cuda.get_device_properties(index).multi_processor_count)
-    # The builds the runs load: the traced or feed-only one where the environment asks for it.
+    # The builds the runs load: a diagnostic one where the environment asks for it (diagnostic_spec).
     specs = list({launch.spec.symbol: diagnostic_spec(launch.spec) for launch in launches}.values())
     precompile(specs, args.jobs, progress=False)
     print(f"{len(specs)} kernel(s) compiled for {len(launches)} points")

@@ -48,8 +48,7 @@ def test_the_environment_switch_loads_the_feed_only_build(monkeypatch):
     from chord_kernels.jit import compiler, launch
 
     spec = indexed_wgmma_streamk(2, 56, 8).spec
-    loaded = []
-    monkeypatch.setattr(launch, "_load", lambda s, device, smem: loaded.append(s) or s)
+    monkeypatch.setattr(launch, "_load", lambda s, device, smem: s)
     monkeypatch.delenv("CHORD_DIAG_FEED_ONLY", raising=False)
     assert launch.load_kernel(spec, 0) is spec
     monkeypatch.setenv("CHORD_DIAG_FEED_ONLY", "1")
@@ -76,7 +75,8 @@ def _ptx(spec, tmp_path, nvcc) -> str:
     from chord_kernels.jit import compiler
     from chord_kernels.jit.paths import csrc_dir
 
-    src = tmp_path / f"{spec.symbol}_{len(spec.extra_flags)}.cu"
+    flags = "".join(re.sub(r"\W", "_", flag) for flag in spec.extra_flags)
+    src = tmp_path / f"{spec.symbol}{flags}.cu"
     src.write_text(spec.source())
     subprocess.run([nvcc, "-ptx", *compiler.compile_flags(spec, csrc_dir()), "-o", str(src.with_suffix(".ptx")), str(src)],
                    check=True, capture_output=True, text=True)

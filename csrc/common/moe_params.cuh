@@ -10,11 +10,17 @@
 
 namespace chord {
 
-// The diagnostic build without the output's global stores (CHORD_DIAG_NO_STORE=1,
-// chord_kernels.jit.launch): every write to MoeParams::out is skipped (with the reads that feed
-// it), so a kernel's time without its epilogue's stores; set beside the normal and feed-only
-// builds it says whether the stores or the loads hold a feed-bound kernel. Its outputs are never
-// written.
+// The diagnostic builds (chord_kernels.jit.launch.diagnostic_spec; timing only, wrong outputs).
+// Feed only (CHORD_DIAG_FEED_ONLY=1): every tile's `mma_stage` returns at once (no dequantization,
+// no MMA), so a kernel takes as long as what feeds its k loop (producer, ring, memory, epilogue).
+// No store (CHORD_DIAG_NO_STORE=1): every write to MoeParams::out is skipped (with the reads that
+// feed it). Together they leave the loads alone; beside the normal build they say whether the k
+// loop, the loads or the stores set a kernel's pace (docs/design/indexed-kernels.md v49).
+#ifdef CHORD_DIAG_FEED_ONLY
+constexpr bool kDiagFeedOnly = true;
+#else
+constexpr bool kDiagFeedOnly = false;
+#endif
 #ifdef CHORD_DIAG_NO_STORE
 constexpr bool kDiagNoStore = true;
 #else

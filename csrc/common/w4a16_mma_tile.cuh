@@ -152,9 +152,7 @@ struct MmaTile {
 
   // acc += this warp's weight rows x the tile's rows over the STAGE_K columns in ring slot `slot`.
   __device__ static void mma_stage(const Smem& sm, int slot, float (&acc)[NT][TT][4]) {
-#ifdef CHORD_DIAG_FEED_ONLY
-    return;  // the diagnostic build without the k loop's work (CHORD_DIAG_FEED_ONLY=1): the feed's time; wrong results
-#endif
+    if constexpr (kDiagFeedOnly) return;  // common/moe_params.cuh
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const __nv_bfloat16(*act)[kActStride] = sm.act[slot];
 #pragma unroll

@@ -439,9 +439,7 @@ struct WgmmaTile {
   // every wgmma once a group stays in flight across the loop's back edge (C7515).
   template <bool PAIRED_WORDS = false>
   __device__ __forceinline__ static void mma_stage(Smem& sm, int slot, Acc& acc, AFrag& afrag, bool first) {
-#ifdef CHORD_DIAG_FEED_ONLY
-    return;  // the diagnostic build without the k loop's work (CHORD_DIAG_FEED_ONLY=1): the feed's time; wrong results
-#endif
+    if constexpr (kDiagFeedOnly) return;  // common/moe_params.cuh
     const int cwarp = threadIdx.x / 32 - kProducerThreads / 32, lane = threadIdx.x % 32;
     const int cwg = cwarp / 4, wi = cwarp % 4;  // consumer warpgroup, warp within it
     fence_proxy_async();  // the cp.async bytes (generic proxy) -> visible to the wgmma reads
