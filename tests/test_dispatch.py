@@ -455,6 +455,40 @@ def test_grouped_4_warpgroup_tiles_loop(experts, rows, n, k):
         assert launch.spec.config["BN"] == 32 and launch.spec.config["CWG"] == 4 and launch.spec.config["LOOP"] == 1
 
 
+@pytest.mark.parametrize("experts,rows,n,k,stages", [(48, 1365, 7168, 2048, 4),  # EP8 T=8192 down: the tall tile
+                                                     (12, 1365, 4096, 7168, 0),  # EP32 T=2048 gate_up: WM 1, long K
+                                                     (48, 85, 7168, 2048, 6),  # EP8 T=512: 256 x 96
+                                                     (48, 341, 7168, 2048, 5),  # EP8 T=2048: 256 x 128, a stage less
+                                                     (48, 21, 4096, 7168, 0)])  # 4 warpgroups: no staging
+def test_grouped_tile_loops_defer_their_store(experts, rows, n, k, stages):
+    """The 2-warpgroup tile loops hand their epilogue to the producer's store warps (DEFER_STORE):
+    the staging of every m64 tile and a second set of out rows fit beside their ring, which the
+    256 x 128 tile shortens from 6 stages to 5 for it (DEFER_STORE_MIN_STAGES) and no tile below
+    that; the 4-warpgroup tiles store unstaged and keep their epilogue, and so do the 128-row tiles
+    (WM 1) over long K (defers_store: 112 stages a tile at gate_up, where it measured slower)."""
+    for routing, block_k in (("contiguous_offsets", 64), ("masked", 128), ("contiguous", 64)):
+        launch = dispatch.select_grouped(GroupedProblem(routing, n, k, experts, rows, block_k))
+        cfg = launch.spec.config
+        # A tile that loads stage pairs (BLOCK_K 128, 256+ weight rows) takes even rings only: the
+        # masked 256 x 128 tile keeps its 6 stages and its epilogue.
+        odd_pairs = dispatch.wgmma_block_pairs(block_k, cfg["CWG"] * cfg["WM"] * 64) and stages % 2 == 1
+        want = 0 if odd_pairs else stages
+        if routing != "contiguous":  # the DeepGEMM form tiles by powers of two (256 x 128 past 64 rows)
+            assert cfg.get("DEFER_STORE", 0) == (want > 0) and (not want or cfg["STAGES"] == want), cfg
+        deferred = cfg["CWG"] == 2 and launch.tile_loop and not odd_pairs and dispatch.defers_store(cfg["WM"], k)
+        assert ("DEFER_STORE" in cfg) == deferred, (routing, cfg)
+        assert launch.smem_bytes == dispatch.wgmma_smem_bytes(cfg["WM"], cfg["BN"], cfg["STAGES"], cfg["CWG"],
+                                                              "DEFER_STORE" in cfg)
+        assert launch.smem_bytes <= dispatch.WGMMA_SMEM_LIMIT
+    assert dispatch.wgmma_deferred_stages(2, 128, 6, 2) == 5 and dispatch.wgmma_deferred_stages(1, 240, 4, 2) == 4
+    assert dispatch.wgmma_deferred_stages(2, 128, 6, 2, block_pairs=True) == 0  # 5 would wrap a pair
+    assert dispatch.wgmma_deferred_stages(2, 96, 6, 2, block_pairs=True) == 6
+    assert dispatch.wgmma_deferred_stages(2, 32, 8, 4) == 0  # 4 consumer warpgroups store unstaged
+    assert dispatch.defers_store(1, 2048) and not dispatch.defers_store(1, 7168) and dispatch.defers_store(2, 7168)
+    # the indexed family gathers its activation rows by cp.async from every producer thread: no store warps
+    assert all("DEFER_STORE" not in launch.spec.config for launch in dispatch.indexed_reachable_launches())
+
+
 def test_split_k_choices():
     assert dispatch.split_k_choices(7168, 128) == (1, 2)
     assert dispatch.split_k_choices(2048, 64) == (1, 2)
@@ -528,9 +562,11 @@ def test_grouped_taller_tile_for_a_wave():
 
 
 ACTS_BY_MAP = {"SPLIT_K": 1, "LOOP": 1, "TMA_ACTS": 1}  # every grouped tile loop (dispatch.grouped_wgmma)
-SHORT_128 = {"ROUTING": 2, "WM": 2, "BN": 128, "STAGES": 6, "BLOCK_K": 64, "CWG": 2, **ACTS_BY_MAP}
-SHORT_96 = {**SHORT_128, "BN": 96}
-TALL = {"ROUTING": 2, "WM": 1, "BN": 240, "STAGES": 4, "BLOCK_K": 64, "CWG": 2, **ACTS_BY_MAP}
+# the store warps' staging (DEFER_STORE) takes the 256 x 128 tile's sixth stage
+SHORT_128 = {"ROUTING": 2, "WM": 2, "BN": 128, "STAGES": 5, "BLOCK_K": 64, "CWG": 2, **ACTS_BY_MAP, "DEFER_STORE": 1}
+SHORT_96 = {**SHORT_128, "BN": 96, "STAGES": 6}
+TALL = {"ROUTING": 2, "WM": 1, "BN": 240, "STAGES": 4, "BLOCK_K": 64, "CWG": 2, **ACTS_BY_MAP}  # gate_up: its epilogue
+TALL_DEFERRED = {**TALL, "DEFER_STORE": 1}  # down (K=2048): the store warps' (dispatch.defers_store)
 
 
 @pytest.mark.parametrize("n,k", [(4096, 7168), (7168, 2048)])
@@ -554,8 +590,11 @@ def test_grouped_tall_tile_pairs(n, k, experts, rows, first, paired):
     choice first, up to TALL_TILE_UNPAIRED_ROWS; from there alone."""
     problem = GroupedProblem("contiguous_offsets", n, k, experts, rows, 64)
     launch = dispatch.select_grouped(problem)
+    tall = first is TALL
+    if tall and dispatch.defers_store(1, k):
+        first = TALL_DEFERRED
     assert launch.spec.config == first and launch.tile_loop
-    assert launch.rows_per_cta == (dispatch.TALL_TILE_ROWS if first is TALL else first["BN"])
+    assert launch.rows_per_cta == (dispatch.TALL_TILE_ROWS if tall else first["BN"])
     if paired is None:
         assert launch.pick is None
         return

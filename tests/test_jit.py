@@ -174,14 +174,16 @@ def _struct_sizes(nvcc: str, tmp_path, header: str, types: list[str]) -> list[in
 def test_wgmma_smem_bytes_is_the_struct_size(tmp_path, real_nvcc):
     """The host's shared-memory size for the wgmma tile (the launch's dynamic smem, and the
     kernel traps if it is smaller) equals sizeof(WgmmaTile::Smem), for every BN, both stage
-    parities and both consumer warpgroup counts."""
+    parities and both consumer warpgroup counts, and with the tile loop's deferred epilogue."""
     from chord_kernels.dispatch import WGMMA_BN_CHOICES, tall_wgmma_shape, wgmma_smem_bytes
 
     configs = [(wm, bn, stages, cwg) for wm in (1, 2) for bn in WGMMA_BN_CHOICES for stages in (5, 6, 8)
                for cwg in (2, 4) if cwg == 2 or wm * bn <= 64]
     configs.append(tuple(tall_wgmma_shape()[key] for key in ("WM", "BN", "STAGES", "CWG")))  # the offsets form's 240 rows
+    configs = [(*cfg, False) for cfg in configs] + [(*cfg, True) for cfg in configs if cfg[3] == 2]  # DEFER_STORE
     sizes = _struct_sizes(real_nvcc, tmp_path, "common/w4a16_wgmma_tile.cuh",
-                          [f"chord::WgmmaTile<{wm}, {bn}, {st}, 64, {cwg}>::Smem" for wm, bn, st, cwg in configs])
+                          [f"chord::WgmmaTile<{wm}, {bn}, {st}, 64, {cwg}, true, {str(defer).lower()}>::Smem"
+                           for wm, bn, st, cwg, defer in configs])
     assert sizes == [wgmma_smem_bytes(*cfg) for cfg in configs]
 
 

@@ -47,9 +47,16 @@ struct WgmmaStreamK {
   // The host keeps row tiles x column tiles x stages under 2^31 (chord_kernels/ops.py).
   __device__ static void run(const MoeParams& p) {
     Smem& sm = Tile::smem();
-    const StreamKWork w(Rows::count(p), (p.n + kRows - 1) / kRows, p.k / Tile::kStageK, p.k, kWgmmaWholeTiles);
+    // A count from a warp scan (the grouped offsets and masked forms) is the same in every lane;
+    // said so (a warp reduction writes a uniform register), ptxas keeps the schedule, the ring
+    // position and the wgmma descriptors in uniform registers. From the scan's result they sat in
+    // vector registers: 8 R2UR (16 at WM 2) and 8-16 more instructions a consumer stage
+    // (grouped-kernels.md v42). The other counts are left as they are (their SASS is unchanged).
+    int row_tiles = Rows::count(p);
+    if constexpr (Rows::kCountByWarpScan) row_tiles = __reduce_max_sync(0xffffffffu, row_tiles);
+    const StreamKWork w(row_tiles, (p.n + kRows - 1) / kRows, p.k / Tile::kStageK, p.k, kWgmmaWholeTiles);
 #ifdef CHORD_CTA_TRACE
-    cta_trace_schedule(w, Rows::count(p));
+    cta_trace_schedule(w, row_tiles);
 #endif
     if (w.iterations() == 0) return;  // uniform per CTA, before any barrier
     Tile::init_barriers(sm, 2 * kProducerThreads);

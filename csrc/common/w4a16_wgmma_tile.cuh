@@ -49,13 +49,28 @@ struct alignas(16) SlotTile {
   Located at;
 };
 
+// The tile loop's deferred epilogue (WgmmaTiles, DEFER_STORE): the consumers stage a tile's
+// outputs, record where they go and arrive on `staged`; the store warps write them out and
+// arrive on `stored`. One handoff in flight: the consumers wait for `stored` of the previous
+// handoff before they stage the next. Inside the union with the stream-K row ids (WgmmaTile::Smem).
+struct alignas(16) StoreHandoff {
+  uint64_t staged;   // completes once a handoff: every consumer thread staged its outputs
+  uint64_t stored;   // completes once a handoff: every store thread read the staging
+  int32_t col_tile;  // the tile's column tile; -1: no more tiles
+  int32_t rows_set;  // which set of out rows (WgmmaTile::Smem::out_row) the tile's are
+};
+
 // CWG = 4 (640 threads, ~96-104 registers a thread): twice the warps to hide the dequant's
 // latency, and with WM = 2 a 512-row tile that reads each activation stage once per 512 weight
 // rows; only small accumulators fit (WM * BN <= 112: 56 a thread), i.e. mid batch and 56-row blocks
 // (docs/design/indexed-kernels.md v13, v14).
 // WHOLE_BLOCKS: the schedule loads a packed K block's stages together (the one-CTA tile, the tile
 // loop); the stream-K schedule (false) loads stage by stage, a split may start inside a block.
-template <int WM, int BN, int STAGES, int BLOCK_K, int CWG = 2, bool WHOLE_BLOCKS = true>
+// DEFER_STORE (the tile loop's deferred epilogue, common/w4a16_wgmma_tiles.cuh): the consumers
+// stage all WM m64 tiles at once and the producer warpgroup's store warps write them out while
+// the consumers run the next tile, so the staging holds WM m64 tiles a warpgroup and there are
+// two sets of out rows (the tile being stored, the tile being computed).
+template <int WM, int BN, int STAGES, int BLOCK_K, int CWG = 2, bool WHOLE_BLOCKS = true, bool DEFER_STORE = false>
 struct WgmmaTile {
   static constexpr int kConsumerWarpgroups = CWG;
   static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
@@ -96,6 +111,9 @@ struct WgmmaTile {
   // warpgroups: with 4 the staging would push the ring out of shared memory.
   static constexpr bool kStagedEpilogue = CWG == 2;
   static constexpr int kOutStageStride = 64 + 8;  // +16 bytes: stmatrix rows and 16-byte reads hit distinct banks
+  static_assert(!DEFER_STORE || kStagedEpilogue, "the deferred epilogue stores the 2-warpgroup tile's staging");
+  static constexpr int kStagedTiles = DEFER_STORE ? WM : 1;  // m64 tiles a warpgroup stages at once
+  static constexpr int kOutRowSets = DEFER_STORE ? 2 : 1;
 
   // The host passes chord_kernels.dispatch wgmma_smem_bytes(), which mirrors sizeof(Smem).
   // act first: each stage is BN * 128 bytes, a multiple of the 1024-byte swizzle atom.
@@ -103,16 +121,21 @@ struct WgmmaTile {
     __nv_bfloat16 act[STAGES][BN * kStageK];
     uint4 w[STAGES][kConsumerWarps][WM][32];
     __nv_bfloat16 scale[STAGES][kGroupsPerStage][kRows];
-    __nv_bfloat16 out_stage[kStagedEpilogue ? CWG : 1][kStagedEpilogue ? BN : 1][kOutStageStride];
+    // m64 tile m of warpgroup c at rows [m * BN, (m + 1) * BN) of out_stage[c] (staging_rows).
+    __nv_bfloat16 out_stage[kStagedEpilogue ? CWG : 1][kStagedEpilogue ? kStagedTiles * BN : 1][kOutStageStride];
     int32_t a_row[kTok];
-    int32_t out_row[kTok];
+    int32_t out_row[kOutRowSets * kTok];  // set r at out_row + r * kTok (DEFER_STORE: r = handoff % 2)
     union {
       // Stream-K schedule (common/w4a16_wgmma_streamk.cuh): each ring slot's tile rows (route
       // ids, -1 = none), written by the producer with the slot, read by the tile's epilogue.
       int32_t route[STAGES][kTok];
       // Tile loop (common/w4a16_wgmma_tiles.cuh): the tile whose first stage the slot holds
-      // (-1: no more tiles) and where its rows are, written by the producer with the slot.
-      SlotTile slots[STAGES];
+      // (-1: no more tiles) and where its rows are, written by the producer with the slot; with
+      // DEFER_STORE also the consumers' handoff to the store warps.
+      struct {
+        SlotTile slots[STAGES];
+        StoreHandoff handoff;
+      } loop;
     };
     uint64_t full[STAGES];   // the producer's copies of the slot landed (see init_barriers)
     uint64_t empty[STAGES];  // every consumer thread is done with the slot (128*CWG arrivals)
@@ -123,7 +146,8 @@ struct WgmmaTile {
     StreamKWork work;
   };
 
-  static_assert(sizeof(SlotTile) <= kTok * sizeof(int32_t), "the tile loop's slot records stay inside the union");
+  static_assert(STAGES * sizeof(SlotTile) + sizeof(StoreHandoff) <= sizeof(int32_t[STAGES][kTok]),
+                "the tile loop's slot records and handoff stay inside the union");
 
   __device__ static Smem& smem() {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -571,6 +595,34 @@ struct WgmmaTile {
       store_staged_rows<BN, 64, kOutStageStride, 128>(p, stage, out_rows, col_tile * kRows + (cwg * WM + m) * 64, wt,
                                                       vec);
     }
+  }
+
+  // The deferred epilogue's two halves (DEFER_STORE; the handoff between them: WgmmaTiles).
+  // Warpgroup c's staging rows of m64 tile m.
+  __device__ __forceinline__ static __nv_bfloat16 (*staging_rows(Smem& sm, int c, int m))[kOutStageStride] {
+    return &sm.out_stage[c][m * BN];
+  }
+  // The consumers' half (after drain): every m64 tile of this thread's warpgroup into its staging rows.
+  __device__ __forceinline__ static void stage_tiles(Smem& sm, const Acc& acc) {
+    static_assert(DEFER_STORE, "one staged m64 tile at a time otherwise (store_staged)");
+    const int ctid = threadIdx.x - kProducerThreads, warp = ctid % 128 / 32;
+#pragma unroll
+    for (int m = 0; m < WM; ++m)
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) stage_accumulators(staging_rows(sm, ctid / 128, m), 8 * j, 16 * warp, &acc[m][4 * j]);
+  }
+  // The store warps' half: THREADS threads (this one is t) write the CTA's staged tile to
+  // out[out_rows[r], col_tile's columns], rows -1 skipped.
+  template <int THREADS>
+  __device__ __forceinline__ static void store_staged_tiles(const MoeParams& p, Smem& sm, int col_tile,
+                                                            const int32_t* out_rows, int t, bool vec) {
+    static_assert(DEFER_STORE, "the store warps write what stage_tiles staged");
+#pragma unroll
+    for (int c = 0; c < CWG; ++c)
+#pragma unroll
+      for (int m = 0; m < WM; ++m)
+        store_staged_rows<BN, 64, kOutStageStride, THREADS>(p, staging_rows(sm, c, m), out_rows,
+                                                            col_tile * kRows + (c * WM + m) * 64, t, vec);
   }
 
 

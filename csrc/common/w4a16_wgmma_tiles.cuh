@@ -31,14 +31,30 @@ namespace chord {
 // of 16-byte cp.async copies from every producer thread. Why: at EP8 T=8192 gate_up (BN 240)
 // those copies and their 64-bit addresses were ~400 M of the kernel's 1963 M instructions, where
 // Humming's kernel loads everything by TMA (benchmarks/results/ncu/2026-12-04_ep8_gate_up.md).
-template <int WM, int BN, int STAGES, int BLOCK_K, template <int> class ROW_TILES, int CWG = 2, bool TMA_ACTS = false>
+//
+// DEFER_STORE (with TMA_ACTS, 2 consumer warpgroups): the epilogue leaves the consumers' critical
+// path. Why: between a tile's last wgmma and the next tile's first the tensor pipe idles while
+// the consumers write the tile out (the staged stores, two warpgroup barriers a m64 tile, the out
+// rows between two barriers); on the K-2048 down projection that is a tile of 32 stages, and
+// Humming's down leads ours at T=2048-8192 while our gate_up (112 stages) leads its
+// (docs/design/grouped-kernels.md v42). Here the consumers only stage the tile (stmatrix) and
+// hand it off; warps 1-3 of the producer warpgroup, idle once the activations come by tensor map
+// (thread 0 issues every box), store it while the consumers run the next tile.
+template <int WM, int BN, int STAGES, int BLOCK_K, template <int> class ROW_TILES, int CWG = 2, bool TMA_ACTS = false,
+          bool DEFER_STORE = false>
 struct WgmmaTiles {
-  using Tile = WgmmaTile<WM, BN, STAGES, BLOCK_K, CWG>;
+  using Tile = WgmmaTile<WM, BN, STAGES, BLOCK_K, CWG, /*WHOLE_BLOCKS=*/true, DEFER_STORE>;
   using Smem = typename Tile::Smem;
   using Rows = ROW_TILES<BN>;
   static constexpr int kThreads = Tile::kThreads;
   static constexpr int kConsumerThreads = kThreads - Tile::kProducerThreads;
+  static_assert(!DEFER_STORE || TMA_ACTS, "store warps only where one thread loads the ring (activations by tensor map)");
+  // The producer warpgroup's threads that fill the ring (with DEFER_STORE warp 0; thread 0 issues
+  // the boxes), and the rest, which write the staged tiles out (DEFER_STORE).
+  static constexpr int kLoaderThreads = DEFER_STORE ? 32 : Tile::kProducerThreads;
+  static constexpr int kStoreThreads = Tile::kProducerThreads - kLoaderThreads;
   static constexpr int kStagesPerStep = Tile::kBlockPairs ? 2 : 1;  // see Tile::weight_chunk
+  static_assert(!Tile::kBlockPairs || STAGES % 2 == 0, "a stage pair must not wrap the ring: an even number of slots");
   static constexpr int kFixupBarrier = 1;    // named barriers of the consumers: a split tile's count
   static constexpr int kOutRowsBarrier = 2;  // the tile's out rows
   static constexpr int kClaimBarrier = 3;    // of the producer warpgroup: its claim is in shared memory
@@ -82,9 +98,25 @@ struct WgmmaTiles {
     const int tiles = __reduce_max_sync(0xffffffffu, row_tiles * cols);
     const TailSplit split(tiles, gridDim.x, p.k / Tile::kStageK, kStagesPerStep);
     // Every CTA runs, even with no tile to claim: the counter's reset needs all of them done.
-    Tile::init_barriers(sm, Tile::kProducerThreads + 1);
-    Tile::template split_roles<kProducerRegs, kConsumerRegs>([&] { produce(p, sm, cols, split); },
-                                                                         [&] { consume(p, sm, cols, split); });
+    if constexpr (DEFER_STORE) {
+      if (threadIdx.x == 0) {
+        mbarrier_init(&sm.loop.handoff.staged, kConsumerThreads);
+        mbarrier_init(&sm.loop.handoff.stored, kStoreThreads);
+      }  // init_barriers' fence covers these too (same thread, before it)
+    }
+    Tile::init_barriers(sm, kLoaderThreads + 1);
+    Tile::template split_roles<kProducerRegs, kConsumerRegs>(
+        [&] {
+          // The warp's role from lane 0's index: ptxas then knows the branch is warp-uniform (on
+          // `threadIdx.x < kLoaderThreads` the loader's stage addresses left the uniform registers,
+          // +10-18 instructions a stage and an R2UR loop before every box).
+          if (!DEFER_STORE || __shfl_sync(0xffffffffu, (int)threadIdx.x / 32, 0) < kLoaderThreads / 32) {
+            produce(p, sm, cols, split);
+          } else if constexpr (DEFER_STORE) {
+            store_tiles(p, sm);
+          }
+        },
+        [&] { consume(p, sm, cols, split); });
   }
 
   // Both roles skip the same empty tiles (the routing is read-only).
@@ -98,12 +130,19 @@ struct WgmmaTiles {
     return min(unit.s1 - unit.s0, p.k / Tile::kStageK);
   }
 
-  // The producer warpgroup's next tile: thread 0 claims it, the others read it (two slots, so one
-  // barrier a claim: a slot is rewritten only after every thread passed the next claim's barrier).
+  // The loaders' next tile: thread 0 claims it, the others read it (two slots, so one barrier a
+  // claim: a slot is rewritten only after every thread passed the next claim's barrier); one
+  // loader warp (DEFER_STORE) takes it by shuffle.
   __device__ static int claim(const MoeParams& p, Smem& sm, int n) {
-    if (threadIdx.x == 0) sm.claimed[n & 1] = atomicAdd(p.locks, 1);
-    named_barrier_sync<kClaimBarrier, Tile::kProducerThreads>();
-    return sm.claimed[n & 1];
+    if constexpr (kLoaderThreads == 32) {
+      int u = 0;
+      if (threadIdx.x == 0) u = atomicAdd(p.locks, 1);
+      return __shfl_sync(0xffffffffu, u, 0);
+    } else {
+      if (threadIdx.x == 0) sm.claimed[n & 1] = atomicAdd(p.locks, 1);
+      named_barrier_sync<kClaimBarrier, kLoaderThreads>();
+      return sm.claimed[n & 1];
+    }
   }
 
   // Slot `slot` at ring position g (stages this CTA issued) is free: its use g / STAGES - 1 released.
@@ -151,7 +190,7 @@ struct WgmmaTiles {
         const int slot = g % STAGES;  // even when stages go in pairs (STAGES and every unit's stages even)
 #pragma unroll
         for (int q = 0; q < kStagesPerStep; ++q) wait_free(bars, slot + q, g + q);
-        if (j == 0 && tid == 0) sm.slots[slot] = SlotTile{u, at};
+        if (j == 0 && tid == 0) sm.loop.slots[slot] = SlotTile{u, at};
         if constexpr (Tile::kBlockPairs) {
           Tile::load_block_pair(p, sm, slot, src, rows, unit.s0 + j, j);
         } else {
@@ -164,7 +203,7 @@ struct WgmmaTiles {
     // No more tiles: one slot more says so to the consumers.
     const int slot = g % STAGES;
     wait_free(bars, slot, g);
-    if (tid == 0) sm.slots[slot].tile = -1;
+    if (tid == 0) sm.loop.slots[slot].tile = -1;
     Tile::arrive_unloaded(sm, slot);
     publish(bars, slot);
     cp_async_wait<0>();
@@ -204,12 +243,13 @@ struct WgmmaTiles {
     typename Tile::Acc acc;
     typename Tile::AFrag afrag;
     const typename Tile::Ring bars = Tile::ring(sm);
+    int handoffs = 0;  // DEFER_STORE: tiles handed to the store warps
     for (int g = 0;;) {  // g: ring position, stages this CTA has consumed
       mbarrier_wait(bars.full(g % STAGES), (g / STAGES) & 1);
       // Read before the slot is released (the producer rewrites it). The producer located the
       // tile already: the consumers take its answer instead of locating it again (a warp scan
       // over the experts in the offsets and masked forms, with the tensor cores idle).
-      const SlotTile slot_tile = sm.slots[g % STAGES];
+      const SlotTile slot_tile = sm.loop.slots[g % STAGES];
       // The same in every lane; said so (a warp reduction writes a uniform register), ptxas keeps
       // the unit's stage count, and with it the ring position and the wgmma descriptors, in
       // uniform registers (from the shared load and the routing's count it moved them back from
@@ -218,11 +258,20 @@ struct WgmmaTiles {
       if (u < 0) break;
       const TailSplit::Unit unit = split.unit(u);
       const Located at = slot_tile.at;
-      // The tile's out rows for the epilogue, in a shared array only the consumers use: the
-      // previous tile's stores have read it (first barrier), all of it is written (second).
-      named_barrier_sync<kOutRowsBarrier, kConsumerThreads>();
-      for (int i = ctid; i < BN; i += kConsumerThreads) sm.out_row[i] = Rows::route(p, at, i);
-      named_barrier_sync<kOutRowsBarrier, kConsumerThreads>();
+      if constexpr (DEFER_STORE) {
+        // The tile's out rows into set handoffs % 2, with no barrier: only the store warps read
+        // them, after this tile's handoff (every consumer thread's arrival on `staged` releases
+        // its rows); the last handoff that read this set, handoffs - 2, was stored before this
+        // thread staged handoff handoffs - 1 (hand_off's wait).
+        int32_t* rows = sm.out_row + (handoffs & 1) * Tile::kTok;
+        for (int i = ctid; i < BN; i += kConsumerThreads) rows[i] = Rows::route(p, at, i);
+      } else {
+        // The tile's out rows for the epilogue, in a shared array only the consumers use: the
+        // previous tile's stores have read it (first barrier), all of it is written (second).
+        named_barrier_sync<kOutRowsBarrier, kConsumerThreads>();
+        for (int i = ctid; i < BN; i += kConsumerThreads) sm.out_row[i] = Rows::route(p, at, i);
+        named_barrier_sync<kOutRowsBarrier, kConsumerThreads>();
+      }
       const int count = unit_stages(p, unit);
       for (int s = 0; s < count; ++s, ++g) {
         const int slot = g % STAGES;
@@ -231,13 +280,57 @@ struct WgmmaTiles {
         if (s > 0) Tile::release(bars, (g - 1) % STAGES);
       }
       Tile::drain(acc, afrag);
-      if (unit.piece < 0 || add_up(p, sm, acc, unit.piece, split.split, ctid))
-        Tile::store(p, sm, acc, unit.tile % cols, sm.out_row);
+      if (unit.piece < 0 || add_up(p, sm, acc, unit.piece, split.split, ctid)) {
+        if constexpr (DEFER_STORE) {
+          hand_off(sm, handoffs, unit.tile % cols, [&] { Tile::stage_tiles(sm, acc); });
+          ++handoffs;
+        } else {
+          Tile::store(p, sm, acc, unit.tile % cols, sm.out_row);
+        }
+      }
       Tile::release(bars, (g - 1) % STAGES);  // its last slot: every group that read it retired
     }
     // Said again after the loop: ptxas cannot prove every group retired on the loop's exit path,
     // and otherwise injects waits that serialize the wgmmas (as in the stream-K kernel).
     Tile::drain(acc, afrag);
+    if constexpr (DEFER_STORE) hand_off(sm, handoffs, -1, [] {});  // no more tiles: the store warps leave
+  }
+
+  // Handoff h to the store warps (every consumer thread): once handoff h - 1 is stored (the
+  // staging rows and the record are free again), stage (the tile's outputs into the staging rows;
+  // nothing for the end marker, col_tile -1), record, arrive. Stores of a tile are never waited for
+  // by its own consumers, only by the next handoff's, a tile of MMAs later.
+  template <class Stage>
+  __device__ static void hand_off(Smem& sm, int h, int col_tile, Stage&& stage) {
+    StoreHandoff& handoff = sm.loop.handoff;
+    if (h > 0) mbarrier_wait(&handoff.stored, (h - 1) & 1);
+    stage();
+    record(threadIdx.x == Tile::kProducerThreads, &handoff.col_tile, col_tile, h & 1);
+    mbarrier_arrive(&handoff.staged);
+  }
+
+  // The handoff's record from one thread, as a predicated store. Why not `if (leader) ...`: that
+  // divergent branch inside the tile loop moved the ring position and the wgmma descriptors out
+  // of the uniform registers (ptxas; +2 instructions and 2 RUR moves a consumer stage).
+  __device__ __forceinline__ static void record(bool leader, int32_t* at, int32_t col_tile, int32_t rows_set) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n@p st.shared.v2.s32 [%0], {%1, %2};\n}\n" ::"r"(smem_addr(at)),
+                 "r"(col_tile), "r"(rows_set), "r"((int)leader)
+                 : "memory");
+  }
+
+  // Producer warps 1-3 (DEFER_STORE): write each handed-off tile, then free its staging.
+  __device__ static void store_tiles(const MoeParams& p, Smem& sm) {
+    const int t = threadIdx.x - kLoaderThreads;
+    const bool vec = out_rows_vectorizable(p);
+    StoreHandoff& handoff = sm.loop.handoff;
+    for (int h = 0;; ++h) {
+      mbarrier_wait(&handoff.staged, h & 1);
+      const int col_tile = handoff.col_tile;
+      if (col_tile < 0) break;
+      Tile::template store_staged_tiles<kStoreThreads>(p, sm, col_tile, sm.out_row + handoff.rows_set * Tile::kTok,
+                                                      t, vec);
+      mbarrier_arrive(&handoff.stored);
+    }
   }
 };
 

@@ -146,6 +146,7 @@ template <int ROUTING>
 struct GroupedRowTiles {
   template <int kTok>
   struct Of {
+    static constexpr bool kCountByWarpScan = ROUTING != kContiguousRows;  // count_tiles_in_warp
     __device__ static int count(const MoeParams& p) {
       if (ROUTING == kContiguousRows) return (p.num_routes + kTok - 1) / kTok;
       return count_tiles_in_warp<ROUTING>(p, kTok);
@@ -185,15 +186,18 @@ struct GroupedWgmmaStreamK : WgmmaStreamK<WM, BN, STAGES, BLOCK_K, GroupedRowTil
 // unless split, v23); LOOP 0 (4 only): one CTA per tile, with SPLIT_K > 1 one cluster of SPLIT_K
 // CTAs per tile (CHORD_GROUPED_SPLIT_K).
 // TMA_ACTS 1 (the tile loop only): the tile's activation rows by tensor map (WgmmaTiles).
+// DEFER_STORE 1 (with TMA_ACTS): the tile loop's epilogue on the producer's store warps (WgmmaTiles).
 template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K, int CWG, int SPLIT_K = 1, int LOOP = (CWG == 2),
-          int TMA_ACTS = 0>
+          int TMA_ACTS = 0, int DEFER_STORE = 0>
 struct GroupedWgmma
     : std::conditional_t<LOOP != 0,
-                         WgmmaTiles<WM, BN, STAGES, BLOCK_K, GroupedRowTiles<ROUTING>::template Of, CWG, TMA_ACTS != 0>,
+                         WgmmaTiles<WM, BN, STAGES, BLOCK_K, GroupedRowTiles<ROUTING>::template Of, CWG, TMA_ACTS != 0,
+                                    DEFER_STORE != 0>,
                          GroupedRows<ROUTING, WgmmaTile<WM, BN, STAGES, BLOCK_K, CWG>, SPLIT_K>> {
   static_assert(CWG == 4 || LOOP, "2 consumer warpgroups always loop");
   static_assert(!LOOP || SPLIT_K == 1, "the K split is for the one-CTA tile");
   static_assert(LOOP || !TMA_ACTS, "activations by tensor map on the tile loop only");
+  static_assert(TMA_ACTS || !DEFER_STORE, "store warps only beside a one-thread loader (activations by tensor map)");
 };
 
 }  // namespace chord

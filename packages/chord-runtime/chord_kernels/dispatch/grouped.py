@@ -27,6 +27,8 @@ from .launch import (
     loop_targs,
     resident_ctas,
     streamk_launch,
+    wgmma_block_pairs,
+    wgmma_deferred_stages,
     wgmma_launch,
     wgmma_streamk_launch,
 )
@@ -148,25 +150,47 @@ def grouped_tile_row_choices(routing: str) -> tuple[int, ...]:
     return INDEXED_BLOCK_M_CHOICES + MID_BATCH_BLOCK_CHOICES[1:] + tall
 
 
+# The deferred epilogue (v42) takes a tile's epilogue off the consumers and costs a little in every
+# stage (the staging handoff's bookkeeping), so it pays where tiles are short. ncu ABBA on an H100
+# at base and boost clock (2026-12-05): the 128 x 240 tile (WM 1) over K=7168 (112 stages a tile)
+# +0.3 to +1.3 % contiguous, +0.0 to +0.3 % masked; over K=2048 (32 stages) -0.2 to -4.0 %; the
+# 256-row tiles (WM 2) gained over both K (-0.5 to -2.9 %).
+DEFER_STORE_MAX_STAGES_WM1 = 64
+
+
+def defers_store(wm: int, k: int) -> bool:
+    """Whether a 2-warpgroup tile loop of ``wm`` m64 tiles over ``k`` hands its epilogue to the
+    store warps (where the staging fits: wgmma_deferred_stages)."""
+    return wm >= 2 or k // WGMMA_STAGE_K <= DEFER_STORE_MAX_STAGES_WM1
+
+
 def grouped_wgmma(routing: str, wm: int, bn: int, stages: int, block_k: int, arch: str = DEFAULT_ARCH,
-                  cwg: int = 2, split_k: int = 1, loop: bool = False) -> Launch:
+                  cwg: int = 2, split_k: int = 1, loop: bool = False, defer_store: bool = True) -> Launch:
     """Grouped routing on the wgmma tile (the indexed family's tile, same launch shape); the
     4-warpgroup tile one CTA a tile (optionally split over K by a cluster of ``split_k`` CTAs)
     or, with ``loop``, on the tile loop. Every tile loop loads its activation rows by tensor map,
     one box a stage (the rows of a grouped tile are contiguous in a; WgmmaTiles TMA_ACTS): its
     producer's 16-byte cp.async copies were ~400 M of 1963 M instructions at EP8 T=8192 gate_up;
-    the boxes measured -0.9 to -5.2 % at prefill (grouped-kernels.md v35)."""
+    the boxes measured -0.9 to -5.2 % at prefill (grouped-kernels.md v35). A 2-warpgroup tile loop
+    hands its epilogue to the producer's idle warps (DEFER_STORE, grouped-kernels.md v42) with
+    ``defer_store`` (defers_store) at the ring depth wgmma_deferred_stages gives it (the 256 x 128
+    tile: 5 stages, not 6, where it loads stage boxes; on stage pairs, BLOCK_K 128, no even depth
+    fits and it keeps its epilogue)."""
     if split_k != 1 and (cwg != 4 or loop or split_k not in SPLIT_K_CHOICES):
         raise ValueError(f"split_k={split_k}: the K split is {SPLIT_K_CHOICES} CTAs of the one-CTA 4-warpgroup tile")
+    acts_by_map = cwg == 2 or loop  # the tile loop
+    pairs = wgmma_block_pairs(block_k, cwg * wm * 64)
+    deferred_stages = wgmma_deferred_stages(wm, bn, stages, cwg, block_pairs=pairs) if acts_by_map and defer_store else 0
+    defer_store = deferred_stages > 0
+    stages = deferred_stages or stages
     targs = (("ROUTING", GROUPED_ROUTINGS[routing]), ("WM", wm), ("BN", bn), ("STAGES", stages),
              ("BLOCK_K", block_k), ("CWG", cwg))
-    acts_by_map = cwg == 2 or loop  # the tile loop
     if acts_by_map:  # template arguments are positional: SPLIT_K and LOOP come before TMA_ACTS
-        targs += (("SPLIT_K", 1), ("LOOP", 1), ("TMA_ACTS", 1))
+        targs += (("SPLIT_K", 1), ("LOOP", 1), ("TMA_ACTS", 1)) + ((("DEFER_STORE", 1),) if defer_store else ())
     elif split_k > 1 or loop_targs(loop, cwg):  # SPLIT_K comes before LOOP
         targs += (("SPLIT_K", split_k),) + loop_targs(loop, cwg)
     launch = wgmma_launch("grouped_wgmma", "grouped/w4a16_grouped_mma.cuh", "chord::GroupedWgmma", targs, wm, bn,
-                          stages, arch, cwg, split_k, loop=loop)
+                          stages, arch, cwg, split_k, loop=loop, defer_store=defer_store)
     if acts_by_map:
         launch = replace(launch, spec=replace(launch.spec, params_type="chord::MoeTmaActParams"), act_map_rows=bn)
     return launch
@@ -268,7 +292,7 @@ def grouped_launch(routing: str, n: int, k: int, rows: int, block_k: int, arch: 
     if family == "wgmma":
         cfg = grouped_wgmma_shape(n, rows, block_k)
         return grouped_wgmma(routing, cfg["WM"], cfg["BN"], cfg["STAGES"], block_k, arch, cfg["CWG"], split_k,
-                             loop=split_k == 1)
+                             loop=split_k == 1, defer_store=defers_store(cfg["WM"], k))
     if split_k != 1:
         raise ValueError(f"split_k={split_k}: only the 4-warpgroup wgmma tile splits K ({rows}-row tiles run {family})")
     if family == "wgmma_sk":
@@ -442,7 +466,7 @@ def grouped_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
     for routing in GROUPED_ROUTINGS:
         for block_k in (64, 128):
             for n in (128, 512, 4096):
-                for k in (256, 320, 7168):
+                for k in (256, 320, 2048, 7168):  # 2048: the 128-row tile defers its store on short K only
                     if k % block_k:
                         continue
                     for rows in grouped_tile_row_choices(routing):

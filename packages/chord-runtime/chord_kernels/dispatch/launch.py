@@ -139,17 +139,50 @@ def wgmma_weight_rows(wm: int, cwg: int) -> int:
     return cwg * 64 * wm
 
 
-def wgmma_smem_bytes(wm: int, bn: int, stages: int, cwg: int = 2) -> int:
+def wgmma_smem_bytes(wm: int, bn: int, stages: int, cwg: int = 2, defer_store: bool = False) -> int:
     """sizeof(WgmmaTile::Smem): per stage the swizzled activation rows (128 bytes each), the
     4*CWG consumer warps' weight chunks (WM x 512 bytes each), the CTA rows' two scale groups, the
     stream-K schedule's row ids and two mbarriers (full, empty); then the epilogue's staging rows
-    (with 2 consumer warpgroups: BN rows of 64 + 8 BF16 each per warpgroup; else one row), two
-    int32 row indices per row, the stream-K finisher flag, the tile loop's two claims and the
-    stream-K schedule (6 int32; the struct pads to 16 bytes)."""
+    (with 2 consumer warpgroups: BN rows of 64 + 8 BF16 each per warpgroup, WM such tiles with
+    ``defer_store``; else one row), two int32 row indices per row (three with ``defer_store``: two
+    sets of out rows), the stream-K finisher flag, the tile loop's two claims and the stream-K
+    schedule (6 int32; the struct pads to 16 bytes). The tile loop's deferred-store handoff sits
+    inside the per-stage row ids (a union)."""
     rows = wgmma_weight_rows(wm, cwg)
-    out_stage = (cwg * bn if cwg == 2 else 1) * (64 + 8) * 2
+    staged_tiles = wm if defer_store else 1
+    out_stage = (cwg * staged_tiles * bn if cwg == 2 else 1) * (64 + 8) * 2
+    row_ids = (3 if defer_store else 2) * bn * 4
     tail = -(-(4 + 2 * 4 + 6 * 4) // 16) * 16
-    return stages * (bn * 128 + 4 * cwg * wm * 512 + 2 * rows * 2 + bn * 4 + 16) + out_stage + bn * 2 * 4 + tail
+    return stages * (bn * 128 + 4 * cwg * wm * 512 + 2 * rows * 2 + bn * 4 + 16) + out_stage + row_ids + tail
+
+
+# The largest wgmma tile (one CTA an SM) that fits: an SM's shared memory less the 1 KB the
+# system reserves per CTA.
+WGMMA_SMEM_LIMIT = SMEM_PER_SM - 1024
+
+
+# A tile loop may give up ring stages for the deferred epilogue down to this depth: the 256 x 128
+# tile's 6 stages become 5. Each stage is a stage of MMAs (~0.5 µs at prefill), so 5 cover far
+# more than a load's latency; depth made no difference in the v6 sweep (indexed-kernels.md).
+DEFER_STORE_MIN_STAGES = 5
+
+
+def wgmma_deferred_stages(wm: int, bn: int, stages: int, cwg: int, block_pairs: bool = False) -> int:
+    """The ring depth a 2-warpgroup tile loop runs with the deferred epilogue (WgmmaTiles
+    DEFER_STORE: staging for all WM m64 tiles and a second set of out rows beside the ring):
+    ``stages`` where that fits, else the deepest ring that fits down to DEFER_STORE_MIN_STAGES;
+    0 where none does (the tile keeps its own epilogue and ring). A tile that loads stage pairs
+    (``block_pairs``, wgmma_block_pairs) takes even depths only: a pair must not wrap the ring
+    (at 5 stages the masked 256 x 128 tile's pair at slot 4 armed slot 5, past the ring: the GPU
+    run of 2026-12-05 crashed on it, grouped-kernels.md v42)."""
+    if cwg != 2:
+        return 0
+    for depth in range(stages, min(stages, DEFER_STORE_MIN_STAGES) - 1, -1):
+        if block_pairs and depth % 2:
+            continue
+        if wgmma_smem_bytes(wm, bn, depth, cwg, defer_store=True) <= WGMMA_SMEM_LIMIT:
+            return depth
+    return 0
 
 
 WGMMA_STAGE_K = STAGE_K  # K columns per ring stage of the wgmma tile (one 128-byte swizzle row)
@@ -172,7 +205,8 @@ def wgmma_block_pairs(block_k: int, weight_rows: int, whole_blocks: bool = True)
 
 
 def wgmma_launch(family: str, header: str, body: str, template_args: tuple, wm: int, bn: int, stages: int,
-                 arch: str, cwg: int = 2, split_k: int = 1, whole_blocks: bool = True, loop: bool = False) -> Launch:
+                 arch: str, cwg: int = 2, split_k: int = 1, whole_blocks: bool = True, loop: bool = False,
+                 defer_store: bool = False) -> Launch:
     """A wgmma tile (csrc/common/w4a16_wgmma_tile.cuh) launch: a producer warpgroup and ``cwg``
     consumer warpgroups x ``wm`` m64 weight tiles, ``bn`` rows on WGMMA-N; one CTA per SM (its
     ring fills shared memory; with 2 consumer warpgroups they take 216 registers a thread, 200 on
@@ -181,7 +215,8 @@ def wgmma_launch(family: str, header: str, body: str, template_args: tuple, wm: 
     with ``split_k`` > 1 one cluster of ``split_k`` CTAs per tile (grid z). ``template_args`` name
     BLOCK_K where it is not the indexed layout's 64 (the grouped family). The tile loads its weights
     and scales by tensor map (a weight box a K block or a stage, wgmma_block_pairs; chord_kernels.tma):
-    its parameters carry the maps."""
+    its parameters carry the maps. ``defer_store``: the tile loop's deferred epilogue (its
+    shared memory: wgmma_smem_bytes)."""
     block_k = dict(template_args).get("BLOCK_K", BLOCK_K_BY_MODE["indexed"])
     if block_k not in TMA_BLOCK_KS:
         raise ValueError(f"the wgmma tile reads BLOCK_K {' or '.join(map(str, TMA_BLOCK_KS))} weights, not {block_k}")
@@ -189,7 +224,7 @@ def wgmma_launch(family: str, header: str, body: str, template_args: tuple, wm: 
                       template_args=template_args, threads=wgmma_threads(cwg), min_blocks_per_sm=1, arch=arch,
                       cluster_z=split_k)
     rows = wgmma_weight_rows(wm, cwg)
-    return Launch(spec, rows_per_cta=bn, cols_per_cta=rows, smem_bytes=wgmma_smem_bytes(wm, bn, stages, cwg),
+    return Launch(spec, rows_per_cta=bn, cols_per_cta=rows, smem_bytes=wgmma_smem_bytes(wm, bn, stages, cwg, defer_store),
                   tile_loop=cwg == 2 or loop, split_k=split_k, tensor_maps=True,
                   stage_boxes=block_k != WGMMA_STAGE_K and not wgmma_block_pairs(block_k, rows, whole_blocks))
 
@@ -212,7 +247,7 @@ def deepest_wgmma_ring(wm: int, bn: int, most: int) -> int:
     """Stages of the deepest 2-warpgroup ring, up to ``most``, that fits an SM's shared memory."""
     per_stage = wgmma_smem_bytes(wm, bn, 2) - wgmma_smem_bytes(wm, bn, 1)
     fixed = wgmma_smem_bytes(wm, bn, 1) - per_stage
-    return min(most, (SMEM_PER_SM - 1024 - fixed) // per_stage)
+    return min(most, (WGMMA_SMEM_LIMIT - fixed) // per_stage)
 
 
 def resident_ctas(launch: Launch, sms: int = H200_SMS) -> int:

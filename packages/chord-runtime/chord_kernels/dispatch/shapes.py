@@ -4,7 +4,7 @@ CHORD_W4A16_TUNING overrides of them."""
 
 from __future__ import annotations
 
-from .launch import SMEM_PER_SM, WGMMA_CWG_CHOICES, deepest_wgmma_ring, wgmma_smem_bytes
+from .launch import WGMMA_CWG_CHOICES, WGMMA_SMEM_LIMIT, deepest_wgmma_ring, wgmma_smem_bytes
 
 MAX_TOKEN_TILES = 8  # n8 token tiles per CTA in the mma kernel (64 routed rows)
 
@@ -166,7 +166,7 @@ def apply_tuning(cfg: dict[str, int], k: int, tuning: str) -> dict[str, int]:
         if cfg["CWG"] not in WGMMA_CWG_CHOICES or (cfg["CWG"] == 4 and cfg["WM"] * cfg["BN"] > 112):
             raise ValueError(f"tuning {cfg}: CWG is 2 or 4, and 4 consumer warpgroups need WM*BN <= 112 "
                              "(their accumulators must fit ~100 registers a thread)")
-        if wgmma_smem_bytes(cfg["WM"], cfg["BN"], cfg["STAGES"], cfg["CWG"]) > SMEM_PER_SM - 1024:
+        if wgmma_smem_bytes(cfg["WM"], cfg["BN"], cfg["STAGES"], cfg["CWG"]) > WGMMA_SMEM_LIMIT:
             raise ValueError(f"tuning {cfg}: the ring needs more shared memory than an SM has")
     elif k % cfg["STAGE_K"] or cfg["STAGE_K"] % 64 or not 1 <= cfg["TT"] <= MAX_TOKEN_TILES:
         raise ValueError(f"tuning {cfg} does not fit K={k} (STAGE_K must divide K, multiple of 64; TT 1..8)")
