@@ -6,23 +6,17 @@
 #
 #   S=benchmarks/results/sweeps
 #   bash benchmarks/ab_tree.sh HEAD gv40 --patch $S/2026-12-05_gv40_shallow_decode/gv40.diff
-#   bash benchmarks/ab_tree.sh HEAD gv42 --patch $S/2026-12-05_gv42_deferred_store/gv42.diff
 #   bash benchmarks/ab_tree.sh c119a58          # main before v47, for the v47 A/B at boost clock
 #   mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19 packaging   (if .whl is gone)
 #
 # then, with carry [".ab", ".whl"] and CHORD_COMMIT=<main's short sha>, one call each (the minutes
 # are estimates from the runs of 2026-12-04/05). Done on 2026-12-05 (an H100, after 5 refused
 # starts): swchk absw probe feed (sw rejected; probe and feed in indexed-kernels.md v49), and a
-# partial abgv42 that crashed on the masked 256 x 128 tile (fixed in gv42.diff since: rebuild
-# .ab/gv42 from it). Left:
-#   call 1: bash .../plan.sh install gv42chk abgv42   (~8 min: gv42's GPU tests and sanitizers
-#           first, then its A/B at both clocks; stop at the first failure)
-#   call 2: bash .../plan.sh install split                 (~5 min: the feed split into loads and
-#           stores on TP8 prefill and masked EP16 T=8192; says what the next TP8 change is)
-#   call 3: APPLY="gv42" bash .../plan.sh install grpgrid   (~7 min, on an H200: the grouped grid
-#           with the winners applied to the device's copy, labelled <sha>+gv42; APPLY="" for main's)
-#   if minutes remain: gv40chk abgv40 (~7 min: decides gv40), APPLY=... idxgrid (~9 min), then
-#   v47boost (~2 min)
+# partial abgv42 that crashed on the masked 256 x 128 tile. Done in the fifth session: gv42chk
+# abgv42 (gv42 landed at 0f83030: do not APPLY it), split, grpgrid and idxgrid on an H100. Left:
+#   APPLY="" bash .../plan.sh install grpgrid, then idxgrid, on an H200 (the reference grids at
+#           the current commit; ~7 and ~3 min)
+#   gv40chk abgv40 (~7 min: decides gv40), then v47boost (~2 min)
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere; land the winners after the session (git apply, move their design-log entries to
 # measured), and the grids' outputs into docs/performance.md and benchmarks/results/.
