@@ -129,6 +129,26 @@ for step in "$@"; do
       AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_feed_grouped" \
         grouped "--paths grouped_masked --scenarios ep16 --tokens 8192 --dists uniform" base=. feed=.
       st feed_grouped $? ;;
+    iv51chk)  # iv51 (the indexed short-K prefill tile on the tile loop, its epilogue on the store
+      # warps, warp 0 gathering the rows): the indexed GPU tests on the families that reach it
+      # (auto, and wgmma forced at every block), then memcheck and racecheck on the wgmma cases
+      # (K 192-640: every short-K one runs the deferred tile loop)
+      in_tree iv51 timeout 240 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py -q -p no:cacheprovider \
+        -k "auto or wgmma" > "$D/iv51_pytest.log" 2>&1
+      st iv51_pytest $?; tail -3 "$D/iv51_pytest.log"
+      for tool in memcheck racecheck; do
+        in_tree iv51 timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
+          wgmma > "$D/iv51_$tool.log" 2>&1
+        st "iv51_$tool" $?; tail -2 "$D/iv51_$tool.log"
+      done ;;
+    abiv51)  # iv51 against main at base clock (then boost), TP8 T=2048/8192 (56- and 96-row blocks on
+      # K=256); not after a failed iv51chk
+      if grep -Eq "^iv51_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abiv51_skipped 1; continue; fi
+      for clock in base none; do
+        AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_iv51_$clock" indexed \
+          "--scenarios tp8 --tokens 2048,8192 --dists uniform" base=. iv51=.ab/iv51
+        st "abiv51_$clock" $?
+      done ;;
     split)  # the feed split into loads and stores: main, feed only, no output stores, both (the loads
       # alone), ncu at base clock, on the feed-bound points (indexed-kernels.md v49)
       AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_ENV_nostore="CHORD_DIAG_NO_STORE=1" \
@@ -151,7 +171,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install gv40chk abgv40 gv42chk abgv42 swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
