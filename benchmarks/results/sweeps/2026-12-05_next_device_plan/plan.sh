@@ -7,6 +7,7 @@
 #   S=benchmarks/results/sweeps
 #   bash benchmarks/ab_tree.sh HEAD gv40 --patch $S/2026-12-05_gv40_shallow_decode/gv40.diff
 #   bash benchmarks/ab_tree.sh c119a58          # main before v47, for the v47 A/B at boost clock
+#   bash benchmarks/ab_tree.sh HEAD iv51 --patch $S/2026-12-05_iv51_deferred_short_k/iv51.diff
 #   mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19 packaging   (if .whl is gone)
 #
 # then, with carry [".ab", ".whl"] and CHORD_COMMIT=<main's short sha>, one call each (the minutes
@@ -16,6 +17,9 @@
 # abgv42 (gv42 landed at 0f83030: do not APPLY it), split, grpgrid and idxgrid on an H100. Left:
 #   APPLY="" bash .../plan.sh install grpgrid, then idxgrid, on an H200 (the reference grids at
 #           the current commit; ~7 and ~3 min)
+#   install iv51chk abiv51 (~6 min: iv51, the indexed short-K tile loop with the deferred store,
+#           TP8 prefill down; .ab/iv51 from ../2026-12-05_iv51_deferred_short_k/iv51.diff)
+#   cwg4gu (~3 min: TP8 T=8192 / EP8 T=512 gate_up on 4 consumer warpgroups, by override)
 #   gv40chk abgv40 (~7 min: decides gv40), then v47boost (~2 min)
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere; land the winners after the session (git apply, move their design-log entries to
@@ -149,6 +153,14 @@ for step in "$@"; do
           "--scenarios tp8 --tokens 2048,8192 --dists uniform" base=. iv51=.ab/iv51
         st "abiv51_$clock" $?
       done ;;
+    cwg4gu)  # the 256 x 96 tile on 4 consumer warpgroups (WM 1) for long-K gate_up, by tuning override
+      # (no code): TP8 T=8192 gate_up is k-loop-bound (v50) and the probe ran that k loop 7 % faster
+      # on 4 warpgroups (v49: 830 against 891 cycles a stage). ncu at base clock, both ring depths;
+      # read gate_up only (the override reaches every wgmma launch of the run, down included)
+      AB_ENV_cwg4="CHORD_W4A16_TUNING=WM=1,CWG=4" AB_ENV_cwg4s8="CHORD_W4A16_TUNING=WM=1,CWG=4,STAGES=8" \
+        AB_CLOCK=base AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_cwg4gu" indexed \
+        "--scenarios ep8,tp8 --tokens 512,8192 --dists uniform" base=. cwg4=. cwg4s8=.
+      st cwg4gu $? ;;
     split)  # the feed split into loads and stores: main, feed only, no output stores, both (the loads
       # alone), ncu at base clock, on the feed-bound points (indexed-kernels.md v49)
       AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_ENV_nostore="CHORD_DIAG_NO_STORE=1" \
@@ -171,7 +183,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
