@@ -153,8 +153,8 @@ def grouped_tile_row_choices(routing: str) -> tuple[int, ...]:
 # The deferred epilogue (v42) takes a tile's epilogue off the consumers and costs a little in every
 # stage (the staging handoff's bookkeeping), so it pays where tiles are short. ncu ABBA on an H100
 # at base and boost clock (2026-12-05): the 128 x 240 tile (WM 1) over K=7168 (112 stages a tile)
-# +0.3 to +1.3 % contiguous, +0.0 to +0.3 % masked; over K=2048 (32 stages) -0.2 to -4.0 %; the
-# 256-row tiles (WM 2) gained over both K (-0.5 to -2.9 %).
+# +0.3 to +1.3 % contiguous, +0.0 to +0.3 % masked; over K=2048 (32 stages) -0.0 to -4.0 %; the
+# 256-row tiles (WM 2) gained over both K (-0.1 to -1.8 %; grouped-kernels.md v42).
 DEFER_STORE_MAX_STAGES_WM1 = 64
 
 
@@ -181,16 +181,16 @@ def grouped_wgmma(routing: str, wm: int, bn: int, stages: int, block_k: int, arc
     acts_by_map = cwg == 2 or loop  # the tile loop
     pairs = wgmma_block_pairs(block_k, cwg * wm * 64)
     deferred_stages = wgmma_deferred_stages(wm, bn, stages, cwg, block_pairs=pairs) if acts_by_map and defer_store else 0
-    defer_store = deferred_stages > 0
+    deferred = deferred_stages > 0  # where the staging fits beside the ring
     stages = deferred_stages or stages
     targs = (("ROUTING", GROUPED_ROUTINGS[routing]), ("WM", wm), ("BN", bn), ("STAGES", stages),
              ("BLOCK_K", block_k), ("CWG", cwg))
     if acts_by_map:  # template arguments are positional: SPLIT_K and LOOP come before TMA_ACTS
-        targs += (("SPLIT_K", 1), ("LOOP", 1), ("TMA_ACTS", 1)) + ((("DEFER_STORE", 1),) if defer_store else ())
+        targs += (("SPLIT_K", 1), ("LOOP", 1), ("TMA_ACTS", 1)) + ((("DEFER_STORE", 1),) if deferred else ())
     elif split_k > 1 or loop_targs(loop, cwg):  # SPLIT_K comes before LOOP
         targs += (("SPLIT_K", split_k),) + loop_targs(loop, cwg)
     launch = wgmma_launch("grouped_wgmma", "grouped/w4a16_grouped_mma.cuh", "chord::GroupedWgmma", targs, wm, bn,
-                          stages, arch, cwg, split_k, loop=loop, defer_store=defer_store)
+                          stages, arch, cwg, split_k, loop=loop, defer_store=deferred)
     if acts_by_map:
         launch = replace(launch, spec=replace(launch.spec, params_type="chord::MoeTmaActParams"), act_map_rows=bn)
     return launch
