@@ -161,6 +161,15 @@ for step in "$@"; do
         AB_CLOCK=base AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_cwg4gu" indexed \
         "--scenarios ep8,tp8 --tokens 512,8192 --dists uniform" base=. cwg4=. cwg4s8=.
       st cwg4gu $? ;;
+    dectune)  # the decode ring on an H100 (2026-12-05: our mma_sk gate_up reads 86-89 % of the bytes
+      # floor there against Humming's 90-94 %; tuned on the H200): the 8 x 128 tile's ring by tuning
+      # override, ncu at boost clock (do_bench's), EP8 T=20/32 and TP8 T=20/128 gate_up; an override
+      # runs 3 CTAs an SM (STREAMK_CTAS_PER_SM gives 4 only to the 2-stage 256-deep ring)
+      AB_ENV_s3="CHORD_W4A16_TUNING=NT=2,STAGE_K=256,STAGES=3" AB_ENV_k128s4="CHORD_W4A16_TUNING=NT=2,STAGE_K=128,STAGES=4" \
+        AB_ENV_k64s6="CHORD_W4A16_TUNING=NT=2,STAGE_K=64,STAGES=6" AB_ENV_k128s6="CHORD_W4A16_TUNING=NT=2,STAGE_K=128,STAGES=6" \
+        AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_dectune" indexed \
+        "--scenarios ep8,tp8 --tokens 20,128 --dists uniform" base=. s3=. k128s4=. k64s6=. k128s6=.
+      st dectune $? ;;
     split)  # the feed split into loads and stores: main, feed only, no output stores, both (the loads
       # alone), ncu at base clock, on the feed-bound points (indexed-kernels.md v49)
       AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_ENV_nostore="CHORD_DIAG_NO_STORE=1" \
@@ -183,7 +192,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install dectune gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
