@@ -56,24 +56,42 @@ def test_indexed_prefill_choice_is_the_wgmma_tile(n, block_m, want):
     assert launch.smem_bytes <= 227 * 1024
 
 
-@pytest.mark.parametrize("block_m,bn", [(64, 64), (128, 128)])
-def test_short_k_prefill_is_the_wgmma_tile_on_the_stream_k_schedule(block_m, bn):
-    """TP8 down (K=256) prefill blocks: 4 stages a tile, so the ring must run across tiles."""
+@pytest.mark.parametrize("block_m,bn,stages", [(96, 96, 7), (128, 128, 5)])
+def test_short_k_prefill_is_the_deferred_tile_loop(block_m, bn, stages):
+    """TP8 down (K=256) prefill blocks of 96+ rows: 4 stages a tile, so the ring runs across tiles
+    (the tile loop), and a tile's output, ~40 % of its bytes, goes out on the producer's store
+    warps while the consumers run the next tile (DEFER_STORE; indexed-kernels.md v51). The ring as
+    deep as fits beside the staging of both m64 tiles and the second set of out rows."""
+    launch = dispatch.select_indexed(IndexedProblem(7168, 256, 384, 8, block_m))
+    assert block_m >= dispatch.SHORT_K_LOOP_MIN_ROWS
+    assert launch.spec.family == "indexed_wgmma" and launch.tile_loop
+    assert launch.spec.config == {"WM": 2, "BN": bn, "STAGES": stages, "CWG": 2, "LOOP": 1, "DEFER_STORE": 1}
+    assert launch.smem_bytes == dispatch.wgmma_smem_bytes(2, bn, stages, 2, defer_store=True)
+    assert launch.smem_bytes <= dispatch.WGMMA_SMEM_LIMIT
+    # the stream-K schedule of the short-K tile stays reachable by CHORD_W4A16_INDEXED_KERNEL=wgmma_sk
+    sk = dispatch.select_indexed(IndexedProblem(7168, 256, 384, 8, block_m), family="wgmma_sk")
+    assert sk.spec.family == "indexed_wgmma_sk" and sk.spec.config == {"WM": 2, "BN": bn, "STAGES": 8 if bn < 128 else 7,
+                                                                        "CWG": 2}
+
+
+@pytest.mark.parametrize("block_m", [48, 56, 64])
+def test_short_k_prefill_below_96_rows_is_the_stream_k_tile(block_m):
+    """Short-K blocks past the stream-K mma tile's 32 rows and under SHORT_K_LOOP_MIN_ROWS (56
+    from the block model at TP8 T=2048, 48 and 64 by override) keep the wgmma tile on the stream-K
+    schedule: there the deferred tile loop measured +10 / +27 % (TP8 T=2048 down, base / boost
+    clock, v51), its k loop too short to hide the store warps' write of the tile before."""
     launch = dispatch.select_indexed(IndexedProblem(7168, 256, 384, 8, block_m))
     assert launch.spec.family == "indexed_wgmma_sk" and launch.persistent
-    # the ring as deep as fits next to the epilogue's staging rows: 8 stages, 7 at BN 128
-    assert launch.spec.config == {"WM": 2, "BN": bn, "STAGES": 8 if bn < 128 else 7, "CWG": 2}
-    # blocks past the stream-K mma tile's 32 rows (56 from the block model, 48 by override) take
-    # the wgmma tile: on short K its stream-K schedule with 2 consumer warpgroups (4 would spill)
-    for rows in (48, 56):
-        odd = dispatch.select_indexed(IndexedProblem(7168, 256, 384, 8, rows))
-        assert odd.spec.family == "indexed_wgmma_sk" and odd.spec.config == {"WM": 2, "BN": rows, "STAGES": 8, "CWG": 2}
-        # on deep K one CTA per tile with 4 consumer warpgroups: the 512 x 56 tile (v14)
-        deep = dispatch.select_indexed(IndexedProblem(512, 7168, 384, 8, rows))
-        assert deep.spec.family == "indexed_wgmma" and deep.spec.config == {"WM": 2, "BN": rows, "STAGES": 8, "CWG": 4,
-                                                                            "LOOP": 1}
-        assert deep.tile_loop  # on the tile loop since v34
-        assert deep.cols_per_cta == 512 and deep.smem_bytes <= 227 * 1024
+    # the ring as deep as fits next to the epilogue's staging rows; 2 consumer warpgroups (4 would spill)
+    assert launch.spec.config == {"WM": 2, "BN": block_m, "STAGES": 8, "CWG": 2}
+    if block_m == 64:
+        return
+    # 48 and 56 rows on deep K: one CTA per tile with 4 consumer warpgroups, the 512 x BN tile
+    # (v14), on the tile loop (v34)
+    deep = dispatch.select_indexed(IndexedProblem(512, 7168, 384, 8, block_m))
+    assert deep.spec.family == "indexed_wgmma" and deep.spec.config == {"WM": 2, "BN": block_m, "STAGES": 8, "CWG": 4,
+                                                                        "LOOP": 1}
+    assert deep.tile_loop and deep.cols_per_cta == 512 and deep.smem_bytes <= 227 * 1024
 
 
 def test_mid_batch_blocks():
@@ -485,8 +503,11 @@ def test_grouped_tile_loops_defer_their_store(experts, rows, n, k, stages):
     assert dispatch.wgmma_deferred_stages(2, 96, 6, 2, block_pairs=True) == 6
     assert dispatch.wgmma_deferred_stages(2, 32, 8, 4) == 0  # 4 consumer warpgroups store unstaged
     assert dispatch.defers_store(1, 2048) and not dispatch.defers_store(1, 7168) and dispatch.defers_store(2, 7168)
-    # the indexed family gathers its activation rows by cp.async from every producer thread: no store warps
-    assert all("DEFER_STORE" not in launch.spec.config for launch in dispatch.indexed_reachable_launches())
+    # the indexed family defers only on short K (its loader warp gathers the rows by cp.async)
+    for launch in dispatch.indexed_reachable_launches():
+        cfg = launch.spec.config
+        if "DEFER_STORE" in cfg:
+            assert launch.spec.family == "indexed_wgmma" and cfg["CWG"] == 2 and launch.tile_loop
 
 
 def test_split_k_choices():

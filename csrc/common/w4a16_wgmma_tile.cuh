@@ -123,7 +123,7 @@ struct WgmmaTile {
     __nv_bfloat16 scale[STAGES][kGroupsPerStage][kRows];
     // m64 tile m of warpgroup c at rows [m * BN, (m + 1) * BN) of out_stage[c] (staging_rows).
     __nv_bfloat16 out_stage[kStagedEpilogue ? CWG : 1][kStagedEpilogue ? kStagedTiles * BN : 1][kOutStageStride];
-    int32_t a_row[kTok];
+    alignas(16) int32_t a_row[kTok];  // 16: the loader warp reads it in vectors (WarpRows)
     int32_t out_row[kOutRowSets * kTok];  // set r at out_row + r * kTok (DEFER_STORE: r = handoff % 2)
     union {
       // Stream-K schedule (common/w4a16_wgmma_streamk.cuh): each ring slot's tile rows (route
@@ -298,6 +298,53 @@ struct WgmmaTile {
       for (int i = 0; i < kActPerThread; ++i) row[i] += (int64_t)s * kStageK;
     }
   };
+
+  // The tile's activation rows gathered by one warp (the indexed tile loop with DEFER_STORE, where
+  // producer warps 1-3 store): lane copies chunk lane % 8 of tile rows lane / 8 + 4 i. The tile's
+  // rows sit in a_row as offsets from p.a in 16-byte units (set_warp_rows, once a tile), so a chunk
+  // is one shared load, one IMAD.WIDE and its cp.async: with row numbers, a zero-fill predicate
+  // and the 64-bit row math it was 21 instructions a chunk (549 a stage at BN 96, one warp), and
+  // held in registers the rows spilled 184 bytes of the producer's 72. A tile row with no route
+  // copies row 0 instead of zeros: its outputs are computed and never stored (out_row -1), like
+  // the rows past a grouped tile's own (ActBox). Offsets in 32 bits: a under 64 GB (ops checks).
+  static constexpr int kActPerLane = kTok / 4;
+  static_assert(kTok % 8 == 0, "a lane's rows are 4 apart, its offsets read 8 bytes at a time");
+  struct WarpRows {
+    const __nv_bfloat16* chunk0;  // p.a + this lane's chunk of stage 0 (of the stage advanced to)
+    __device__ __forceinline__ void advance(int s) { chunk0 += (int64_t)s * kStageK; }
+  };
+  // A tile's rows into a_row from the loader warp (`row_of(r)`: the activation row of tile row r,
+  // -1 for none), each lane group's rows (r % 4 = lane / 8) contiguous, so a lane reads its offsets
+  // as 16-byte words; the warp's reads of the last tile's are done (its copies were issued), and
+  // every lane sees the new ones.
+  template <class RowOf>
+  __device__ __forceinline__ static void set_warp_rows(const MoeParams& p, Smem& sm, RowOf&& row_of) {
+    __syncwarp();
+    for (int r = threadIdx.x % 32; r < kTok; r += 32) {
+      const int32_t row = row_of(r);
+      sm.a_row[(r % 4) * kActPerLane + r / 4] = (int32_t)((uint64_t)max(row, 0) * (uint64_t)p.lda / 8);
+    }
+    __syncwarp();
+  }
+  __device__ __forceinline__ static void load_acts(const MoeParams&, Smem& sm, int slot, const WarpRows& rows, int s) {
+    const int lane = threadIdx.x % 32;
+    // The lane's offsets first, as vectors (one shared load each before the copies, not a
+    // load-to-use wait in front of every copy: the copies' memory clobber orders them).
+    using Vec = std::conditional_t<kActPerLane % 4 == 0, uint4, uint2>;
+    constexpr int kPerVec = sizeof(Vec) / 4;
+    uint32_t offset[kActPerLane];
+    const Vec* lane_offsets = reinterpret_cast<const Vec*>(sm.a_row + (lane / 8) * kActPerLane);
+#pragma unroll
+    for (int v = 0; v < kActPerLane / kPerVec; ++v) *reinterpret_cast<Vec*>(&offset[v * kPerVec]) = lane_offsets[v];
+    // Rows 8 apart share their swizzle: two destinations, then a constant per row.
+    unsigned char* act = reinterpret_cast<unsigned char*>(sm.act[slot]);
+    unsigned char* dst_even = act + sw128_offset(lane / 8, lane % 8);
+    unsigned char* dst_odd = act + sw128_offset(lane / 8 + 4, lane % 8);
+    const uint4* stage = reinterpret_cast<const uint4*>(rows.chunk0 + s * kStageK);
+#pragma unroll
+    for (int i = 0; i < kActPerLane; ++i)
+      cp_async_16((i % 2 ? dst_odd : dst_even) + (i / 2) * 8 * 128, stage + offset[i], 16);
+  }
 
   // The tile's activation rows as one tensor-map box a stage (the grouped tile loop, TMA_ACTS):
   // rows [row, row + BN) of a, whose rows are contiguous in the grouped forms; rows past the

@@ -32,14 +32,17 @@ namespace chord {
 // those copies and their 64-bit addresses were ~400 M of the kernel's 1963 M instructions, where
 // Humming's kernel loads everything by TMA (benchmarks/results/ncu/2026-12-04_ep8_gate_up.md).
 //
-// DEFER_STORE (with TMA_ACTS, 2 consumer warpgroups): the epilogue leaves the consumers' critical
+// DEFER_STORE (2 consumer warpgroups): the epilogue leaves the consumers' critical
 // path. Why: between a tile's last wgmma and the next tile's first the tensor pipe idles while
 // the consumers write the tile out (the staged stores, two warpgroup barriers a m64 tile, the out
 // rows between two barriers); on the K-2048 down projection that is a tile of 32 stages, and
 // Humming's down leads ours at T=2048-8192 while our gate_up (112 stages) leads its
 // (docs/design/grouped-kernels.md v42). Here the consumers only stage the tile (stmatrix) and
 // hand it off; warps 1-3 of the producer warpgroup, idle once the activations come by tensor map
-// (thread 0 issues every box), store it while the consumers run the next tile.
+// (thread 0 issues every box), store it while the consumers run the next tile. Without TMA_ACTS
+// (the indexed tile loop: its rows are routes / top_k, no box holds them) warp 0 gathers the
+// rows alone (WgmmaTile::WarpRows): on short K (TP8 down, K=256: 4 stages a tile) the stores are
+// ~40 % of a tile's bytes and main without them measured -7 to -14 % (indexed-kernels.md v50).
 template <int WM, int BN, int STAGES, int BLOCK_K, template <int> class ROW_TILES, int CWG = 2, bool TMA_ACTS = false,
           bool DEFER_STORE = false>
 struct WgmmaTiles {
@@ -48,9 +51,9 @@ struct WgmmaTiles {
   using Rows = ROW_TILES<BN>;
   static constexpr int kThreads = Tile::kThreads;
   static constexpr int kConsumerThreads = kThreads - Tile::kProducerThreads;
-  static_assert(!DEFER_STORE || TMA_ACTS, "store warps only where one thread loads the ring (activations by tensor map)");
   // The producer warpgroup's threads that fill the ring (with DEFER_STORE warp 0; thread 0 issues
-  // the boxes), and the rest, which write the staged tiles out (DEFER_STORE).
+  // the boxes, the warp gathers the rows without TMA_ACTS), and the rest, which write the staged
+  // tiles out (DEFER_STORE).
   static constexpr int kLoaderThreads = DEFER_STORE ? 32 : Tile::kProducerThreads;
   static constexpr int kStoreThreads = Tile::kProducerThreads - kLoaderThreads;
   static constexpr int kStagesPerStep = Tile::kBlockPairs ? 2 : 1;  // see Tile::weight_chunk
@@ -173,6 +176,12 @@ struct WgmmaTiles {
       const auto rows = [&] {
         if constexpr (TMA_ACTS) {
           return typename Tile::ActBox{at.first, unit.s0};
+        } else if constexpr (DEFER_STORE) {  // warp 0 alone
+          Tile::set_warp_rows(p, sm, [&](int r) {
+            const int32_t route = Rows::route(p, at, r);
+            return route >= 0 ? (int32_t)Rows::a_row(p, route) : -1;
+          });
+          return typename Tile::WarpRows{p.a + (tid % 8) * 8 + (int64_t)unit.s0 * Tile::kStageK};
         } else {
           typename Tile::RowIndex idx;
 #pragma unroll

@@ -84,11 +84,17 @@ struct IndexedWgmmaStreamK : WgmmaStreamK<WM, BN, STAGES, kIndexedBlockK, Indexe
 
 // LOOP: whole tiles claimed by at most one CTA an SM (always with 2 consumer warpgroups; the
 // dispatch's choice with 4 since v34); LOOP 0 (4 only): one CTA per tile, reached only by
-// dispatch.indexed_wgmma(..., loop=False) for experiments.
-template <int WM, int BN, int STAGES, int CWG, int LOOP = (CWG == 2)>
-struct IndexedWgmma : std::conditional_t<LOOP != 0, WgmmaTiles<WM, BN, STAGES, kIndexedBlockK, IndexedRowTiles, CWG>,
-                                         IndexedRows<WgmmaTile<WM, BN, STAGES, kIndexedBlockK, CWG>>> {
+// dispatch.indexed_wgmma(..., loop=False) for experiments. DEFER_STORE (2 consumer warpgroups,
+// the tile loop): the epilogue on producer warps 1-3, warp 0 gathering the rows alone
+// (common/w4a16_wgmma_tiles.cuh; the short-K prefill tiles, indexed-kernels.md v51).
+template <int WM, int BN, int STAGES, int CWG, int LOOP = (CWG == 2), int DEFER_STORE = 0>
+struct IndexedWgmma
+    : std::conditional_t<LOOP != 0,
+                         WgmmaTiles<WM, BN, STAGES, kIndexedBlockK, IndexedRowTiles, CWG, /*TMA_ACTS=*/false,
+                                    DEFER_STORE != 0>,
+                         IndexedRows<WgmmaTile<WM, BN, STAGES, kIndexedBlockK, CWG>>> {
   static_assert(CWG == 4 || LOOP, "2 consumer warpgroups always loop");
+  static_assert(!DEFER_STORE || (CWG == 2 && LOOP), "the deferred epilogue is the 2-warpgroup tile loop's");
 };
 
 }  // namespace chord

@@ -277,6 +277,28 @@ def test_tile_loop_graph_replays_and_counters_left_zero(kernel_family):
     replay_with_routing_changed("ep8_down", 384, 128, 21, [(22, False), (23, True), (24, True)], counters_zero)
 
 
+def test_short_k_deferred_store_graph_replays(kernel_family):
+    """TP8 down prefill (K=256, 96-row blocks): the tile loop with its epilogue on the producer's
+    store warps, warp 0 gathering the rows (DEFER_STORE, docs/design/indexed-kernels.md v51). 8192
+    routes over 384 experts, ~21 rows a block: ~10.8 K tiles of 4 stages, ~80 handoffs a CTA, the
+    two out-row sets alternating, most tile rows zero-filled; graph
+    replays with the routing changed between them (uniform and skewed) stay correct, and every
+    launch leaves the claim counters zero."""
+    from chord_kernels import ops
+
+    if kernel_family != "auto":
+        pytest.skip("the dispatch's own choice")
+
+    def deferred_and_counters_zero():
+        launches = [plan[1] for plan in ops._indexed_plans.values() if plan[1].spec.config.get("DEFER_STORE")]
+        assert launches and all(launch.tile_loop for launch in launches)
+        assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), \
+            "a tile-loop launch left its counters non-zero"
+
+    replay_with_routing_changed("tp8_down", 1024, 96, 31, [(32, False), (33, True), (34, False)],
+                                deferred_and_counters_zero)
+
+
 def test_misaligned_activations_are_a_clear_error():
     """The kernels load a's rows in 16-byte pieces: an a that starts 2 bytes past an aligned address
     is refused before anything launches (not a misaligned-address fault on the device)."""

@@ -176,6 +176,9 @@ def _streamk_scratch(device: torch.device, floats: int, locks: int) -> tuple[int
 # ----------------------------------------------------------------------------------- indexed
 
 
+A_MAX_BYTES = 16 << 32  # 64 GB: 2^32 16-byte units
+
+
 def _indexed_plan(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, block_m, out, family, tuning):
     """Every check and decision that depends only on the call's signature, done once per
     signature (the dict in :func:`indexed` memoizes it): dtypes, devices, shapes, the problem,
@@ -187,6 +190,9 @@ def _indexed_plan(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, b
     n = packed.n
     _check_operands(tuple(a.shape), a.stride(), a.dtype, packed.k, tuple(out.shape), out.stride(), out.dtype, m * top_k, n)
     _require(top_k >= 1 and block_m >= 1, f"top_k ({top_k}) and block_m ({block_m}) must be positive")
+    # The short-K tile loop's loader keeps a's rows as 32-bit offsets in 16-byte units (WarpRows).
+    _require(m * a.stride(0) * a.element_size() <= A_MAX_BYTES,
+             f"a spans {m * a.stride(0) * a.element_size()} bytes; the indexed kernels address at most {A_MAX_BYTES}")
     num_blocks, sorted_len = expert_ids.numel(), sorted_ids.numel()
     _require(num_blocks * block_m >= sorted_len,
              f"expert_ids has {num_blocks} blocks of {block_m}, too few for {sorted_len} sorted_ids")

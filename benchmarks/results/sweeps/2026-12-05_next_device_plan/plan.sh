@@ -14,13 +14,11 @@
 # are estimates from the runs of 2026-12-04/05). Done on 2026-12-05 (an H100, after 5 refused
 # starts): swchk absw probe feed (sw rejected; probe and feed in indexed-kernels.md v49), and a
 # partial abgv42 that crashed on the masked 256 x 128 tile. Done in the fifth session: gv42chk
-# abgv42 (gv42 landed at 0f83030: do not APPLY it), split, grpgrid and idxgrid on an H100. Left:
+# abgv42 (gv42 landed at 0f83030: do not APPLY it), split, grpgrid and idxgrid on an H100. Done in
+# the sixth (an H100): iv51chk abiv51 (iv51 landed for 96+ row blocks), dectune cwg4gu (rejected),
+# gv40chk abgv40 (rejected), v47boost. Left:
 #   APPLY="" bash .../plan.sh install grpgrid, then idxgrid, on an H200 (the reference grids at
 #           the current commit; ~7 and ~3 min)
-#   install iv51chk abiv51 (~6 min: iv51, the indexed short-K tile loop with the deferred store,
-#           TP8 prefill down; .ab/iv51 from ../2026-12-05_iv51_deferred_short_k/iv51.diff)
-#   cwg4gu (~3 min: TP8 T=8192 / EP8 T=512 gate_up on 4 consumer warpgroups, by override)
-#   gv40chk abgv40 (~7 min: decides gv40), then v47boost (~2 min)
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere; land the winners after the session (git apply, move their design-log entries to
 # measured), and the grids' outputs into docs/performance.md and benchmarks/results/.

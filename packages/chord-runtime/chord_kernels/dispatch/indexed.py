@@ -18,6 +18,7 @@ from .launch import (
     mma_launch,
     resident_ctas,
     streamk_launch,
+    wgmma_deferred_stages,
     wgmma_launch,
     wgmma_streamk_launch,
 )
@@ -70,12 +71,20 @@ def indexed_mma(nt: int, tt: int, stage_k: int, stages: int = 3, arch: str = DEF
                       nt, tt, stage_k, stages, arch)
 
 
-def indexed_wgmma(wm: int, bn: int, stages: int, arch: str = DEFAULT_ARCH, cwg: int = 2, loop: bool = False) -> Launch:
+def indexed_wgmma(wm: int, bn: int, stages: int, arch: str = DEFAULT_ARCH, cwg: int = 2, loop: bool = False,
+                  defer_store: bool = False) -> Launch:
     """Indexed routing on the wgmma tile: whole tiles on at most one CTA an SM (2 consumer
-    warpgroups, or 4 with ``loop``), else one CTA per tile."""
+    warpgroups, or 4 with ``loop``), else one CTA per tile. ``defer_store`` (2 consumer
+    warpgroups): the tile loop's epilogue on the producer's store warps, warp 0 gathering the
+    activation rows alone (WgmmaTiles DEFER_STORE; ``stages`` must leave room for its staging:
+    wgmma_deferred_stages)."""
+    if defer_store and cwg != 2:
+        raise ValueError("defer_store: the deferred epilogue is the 2-warpgroup tile loop's")
     targs = (("WM", wm), ("BN", bn), ("STAGES", stages), ("CWG", cwg)) + loop_targs(loop, cwg)
+    if defer_store:  # template arguments are positional: LOOP comes before DEFER_STORE
+        targs += (("LOOP", 1), ("DEFER_STORE", 1))
     return wgmma_launch("indexed_wgmma", "indexed/w4a16_indexed_mma.cuh", "chord::IndexedWgmma", targs, wm, bn,
-                        stages, arch, cwg, loop=loop)
+                        stages, arch, cwg, loop=loop or cwg == 2, defer_store=defer_store)
 
 
 def indexed_wgmma_streamk(wm: int, bn: int, stages: int, arch: str = DEFAULT_ARCH, cwg: int = 2) -> Launch:
@@ -189,9 +198,33 @@ def choose_indexed_wgmma_streamk(problem: IndexedProblem, arch: str = DEFAULT_AR
 
 def choose_indexed_wgmma(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
     """The wgmma tile on the tile loop, 2 or 4 consumer warpgroups (the 4-warpgroup tiles since
-    v34: TP8 T=2048 gate_up, 512 x 56, -2.5 % and -2.8 % skewed against one CTA per tile)."""
+    v34: TP8 T=2048 gate_up, 512 x 56, -2.5 % and -2.8 % skewed against one CTA per tile); on
+    short K the stream-K schedule's 2-warpgroup tile with its epilogue on the store warps
+    (choose_indexed_short_k_loop; ``auto`` takes it from SHORT_K_LOOP_MIN_ROWS rows a block)."""
+    if problem.k < WGMMA_MIN_K:
+        return choose_indexed_short_k_loop(problem, arch, tuning)
     cfg = apply_tuning(wgmma_shape(problem.n, problem.block_m), problem.k, tuning)
     return indexed_wgmma(cfg["WM"], cfg["BN"], cfg["STAGES"], arch=arch, cwg=cfg["CWG"], loop=True)
+
+
+# Short K (TP8 down, K=256: 4 stages a tile) at prefill: a tile's output is ~40 % of its bytes, and
+# on the stream-K tile the consumers write it between the tile's last wgmma and the next tile's
+# first (main without its stores: TP8 T=2048 / 8192 down -7 / -14 %, ncu at base clock,
+# indexed-kernels.md v50). The tile loop hands it to the producer's store warps (v51), from
+# SHORT_K_LOOP_MIN_ROWS rows a block: ncu ABBA on an H100, TP8 T=8192 down (96 rows) -5.6 / -5.3 %
+# at base / boost clock, but T=2048 down (56 rows) +10 / +27 %: a 56-row tile's k loop is too
+# short to hide the store warps' write of the one before, so those blocks keep the stream-K tile.
+SHORT_K_LOOP_MIN_ROWS = 96
+
+
+def choose_indexed_short_k_loop(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
+    """The 2-warpgroup tile (wgmma_streamk_shape's) on the tile loop with the deferred epilogue,
+    as deep a ring as fits beside its staging."""
+    cfg = apply_tuning(wgmma_streamk_shape(problem.n, problem.block_m), problem.k, tuning)
+    stages = wgmma_deferred_stages(cfg["WM"], cfg["BN"], cfg["STAGES"], cfg["CWG"])
+    if not stages:
+        return indexed_wgmma(cfg["WM"], cfg["BN"], cfg["STAGES"], arch=arch, cwg=cfg["CWG"], loop=True)
+    return indexed_wgmma(cfg["WM"], cfg["BN"], stages, arch=arch, cwg=2, loop=True, defer_store=True)
 
 
 def indexed_family() -> str:
@@ -210,7 +243,9 @@ def resolve_indexed_family(problem: IndexedProblem, family: str = "auto") -> str
     if is_mid_batch_tile(problem.block_m, problem.n, problem.k, "indexed"):
         # the 512-row tile (MID_BATCH_TILES): on the stream-K schedule, or on the tile loop
         return "wgmma_sk" if problem.block_m <= MID_BATCH_STREAMK_MAX_ROWS else "wgmma"
-    return auto_tile_family(problem.block_m, problem.k)
+    family = auto_tile_family(problem.block_m, problem.k)
+    # short-K prefill blocks of 96+ rows: the tile loop with the deferred epilogue (choose_indexed_short_k_loop)
+    return "wgmma" if family == "wgmma_sk" and problem.block_m >= SHORT_K_LOOP_MIN_ROWS else family
 
 
 def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: str = "auto",
