@@ -18,7 +18,7 @@
 # the sixth (an H100): iv51chk abiv51 (iv51 landed for 96+ row blocks), dectune cwg4gu (rejected),
 # gv40chk abgv40 (rejected), v47boost. Left:
 #   APPLY="" bash .../plan.sh install grpgrid, then idxgrid, on an H200 (the reference grids at
-#           the current commit; ~7 and ~3 min)
+#           the current commit; ~7 and ~3 min), and install dectrace (~2 min, any GPU)
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere; land the winners after the session (git apply, move their design-log entries to
 # measured), and the grids' outputs into docs/performance.md and benchmarks/results/.
@@ -168,6 +168,14 @@ for step in "$@"; do
         AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_dectune" indexed \
         "--scenarios ep8,tp8 --tokens 20,128 --dists uniform" base=. s3=. k128s4=. k64s6=. k128s6=.
       st dectune $? ;;
+    dectrace)  # the decode tail on an H100 (indexed-kernels.md v52): the per-CTA trace of grouped EP8
+      # T=20 gate_up on main, both routings, as the H200's of 2026-12-05 (grouped-kernels.md)
+      for dist in uniform skew; do
+        OUT=$D timeout 100 bash benchmarks/cta_trace.sh ep8 20 gate_up $dist h100 -- --family grouped \
+          --paths grouped_contiguous > "$D/dectrace_$dist.txt" 2>&1
+        st "dectrace_$dist" $?
+        python3 -m benchmarks.cta_trace_report "$D/trace_ep8_gate_up_T20_${dist}_h100.json" > "$D/dectrace_report_$dist.txt" 2>&1
+      done ;;
     split)  # the feed split into loads and stores: main, feed only, no output stores, both (the loads
       # alone), ncu at base clock, on the feed-bound points (indexed-kernels.md v49)
       AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_ENV_nostore="CHORD_DIAG_NO_STORE=1" \
@@ -190,7 +198,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install dectune gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install dectune dectrace gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
