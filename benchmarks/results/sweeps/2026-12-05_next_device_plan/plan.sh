@@ -7,7 +7,7 @@
 #   S=benchmarks/results/sweeps
 #   bash benchmarks/ab_tree.sh HEAD gv40 --patch $S/2026-12-05_gv40_shallow_decode/gv40.diff
 #   bash benchmarks/ab_tree.sh c119a58          # main before v47, for the v47 A/B at boost clock
-#   bash benchmarks/ab_tree.sh HEAD iv51 --patch $S/2026-12-05_iv51_deferred_short_k/iv51.diff
+#   bash benchmarks/ab_tree.sh HEAD iv53 --patch $S/2026-12-05_iv53_claim_ahead/iv53.diff
 #   mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19 packaging   (if .whl is gone)
 #
 # then, with carry [".ab", ".whl"] and CHORD_COMMIT=<main's short sha>, one call each (the minutes
@@ -19,6 +19,8 @@
 # gv40chk abgv40 (rejected), v47boost. Left:
 #   APPLY="" bash .../plan.sh install grpgrid, then idxgrid, on an H200 (the reference grids at
 #           the current commit; ~7 and ~3 min), and install dectrace (~2 min, any GPU)
+#   install iv53chk abiv53 (~6 min, any GPU; .ab/iv53 from ../2026-12-05_iv53_claim_ahead/iv53.diff:
+#           the short-K tile loop claims its next tile one ahead; decides SHORT_K_LOOP_MIN_ROWS)
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere; land the winners after the session (git apply, move their design-log entries to
 # measured), and the grids' outputs into docs/performance.md and benchmarks/results/.
@@ -176,6 +178,27 @@ for step in "$@"; do
         st "dectrace_$dist" $?
         python3 -m benchmarks.cta_trace_report "$D/trace_ep8_gate_up_T20_${dist}_h100.json" > "$D/dectrace_report_$dist.txt" 2>&1
       done ;;
+    iv53chk)  # iv53 (the indexed short-K tile loop claims its next tile one ahead): the indexed GPU
+      # tests of the families that reach it (auto: 96-row blocks; wgmma forced: every block), then
+      # memcheck and racecheck on the wgmma case (K=256: the deferred loop, claiming ahead)
+      in_tree iv53 timeout 240 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py -q -p no:cacheprovider \
+        -k "auto or wgmma" > "$D/iv53_pytest.log" 2>&1
+      st iv53_pytest $?; tail -3 "$D/iv53_pytest.log"
+      for tool in memcheck racecheck; do
+        in_tree iv53 timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
+          wgmma > "$D/iv53_$tool.log" 2>&1
+        st "iv53_$tool" $?; tail -2 "$D/iv53_$tool.log"
+      done ;;
+    abiv53)  # main (T=2048 down on the stream-K tile), main's deferred loop forced at 56 rows, and iv53's,
+      # TP8 T=2048/8192, at base then boost clock; gate_up is the same kernel in all three (the
+      # wgmma family is auto's choice there). Not after a failed iv53chk.
+      if grep -Eq "^iv53_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abiv53_skipped 1; continue; fi
+      for clock in base none; do
+        AB_ENV_loop="CHORD_W4A16_INDEXED_KERNEL=wgmma" AB_ENV_iv53="CHORD_W4A16_INDEXED_KERNEL=wgmma" \
+          AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_iv53_$clock" indexed \
+          "--scenarios tp8 --tokens 2048,8192 --dists uniform" base=. loop=. iv53=.ab/iv53
+        st "abiv53_$clock" $?
+      done ;;
     split)  # the feed split into loads and stores: main, feed only, no output stores, both (the loads
       # alone), ncu at base clock, on the feed-bound points (indexed-kernels.md v49)
       AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_ENV_nostore="CHORD_DIAG_NO_STORE=1" \
@@ -198,7 +221,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install dectune dectrace gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
