@@ -34,6 +34,20 @@ st() { echo "$1 rc=$2 t=$((SECONDS - t0))" | tee -a "$D/status"; }
 # A candidate tree's own tests and sanitizer cases, from inside the tree (ab_tree.sh copies tests/
 # and scripts/ into it), on its own chord_kernels and csrc/: in_tree LABEL COMMAND...
 in_tree() { local t=$1; shift; (cd ".ab/$t" && PYTHONPATH="$PWD/packages/chord-runtime" CHORD_CSRC_DIR="$PWD/csrc" "$@"); }
+# An indexed candidate tree's checks: its indexed GPU tests on the families that reach the short-K
+# tile loop (auto, and wgmma forced at every block), then memcheck and racecheck on the wgmma
+# sanitizer cases (K 192-640: every short-K one runs the deferred tile loop): indexed_tree_checks LABEL
+indexed_tree_checks() {
+  local t=$1 tool
+  in_tree "$t" timeout 240 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py -q -p no:cacheprovider \
+    -k "auto or wgmma" > "$D/${t}_pytest.log" 2>&1
+  st "${t}_pytest" $?; tail -3 "$D/${t}_pytest.log"
+  for tool in memcheck racecheck; do
+    in_tree "$t" timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
+      wgmma > "$D/${t}_$tool.log" 2>&1
+    st "${t}_$tool" $?; tail -2 "$D/${t}_$tool.log"
+  done
+}
 # The device copy with the candidates in $APPLY applied (their diffs), for a grid: prints the label.
 apply_candidates() {
   local label=$COMMIT c
@@ -134,17 +148,8 @@ for step in "$@"; do
         grouped "--paths grouped_masked --scenarios ep16 --tokens 8192 --dists uniform" base=. feed=.
       st feed_grouped $? ;;
     iv51chk)  # iv51 (the indexed short-K prefill tile on the tile loop, its epilogue on the store
-      # warps, warp 0 gathering the rows): the indexed GPU tests on the families that reach it
-      # (auto, and wgmma forced at every block), then memcheck and racecheck on the wgmma cases
-      # (K 192-640: every short-K one runs the deferred tile loop)
-      in_tree iv51 timeout 240 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py -q -p no:cacheprovider \
-        -k "auto or wgmma" > "$D/iv51_pytest.log" 2>&1
-      st iv51_pytest $?; tail -3 "$D/iv51_pytest.log"
-      for tool in memcheck racecheck; do
-        in_tree iv51 timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
-          wgmma > "$D/iv51_$tool.log" 2>&1
-        st "iv51_$tool" $?; tail -2 "$D/iv51_$tool.log"
-      done ;;
+      # warps, warp 0 gathering the rows): indexed_tree_checks
+      indexed_tree_checks iv51 ;;
     abiv51)  # iv51 against main at base clock (then boost), TP8 T=2048/8192 (56- and 96-row blocks on
       # K=256); not after a failed iv51chk
       if grep -Eq "^iv51_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abiv51_skipped 1; continue; fi
@@ -178,17 +183,9 @@ for step in "$@"; do
         st "dectrace_$dist" $?
         python3 -m benchmarks.cta_trace_report "$D/trace_ep8_gate_up_T20_${dist}_h100.json" > "$D/dectrace_report_$dist.txt" 2>&1
       done ;;
-    iv53chk)  # iv53 (the indexed short-K tile loop claims its next tile one ahead): the indexed GPU
-      # tests of the families that reach it (auto: 96-row blocks; wgmma forced: every block), then
-      # memcheck and racecheck on the wgmma case (K=256: the deferred loop, claiming ahead)
-      in_tree iv53 timeout 240 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py -q -p no:cacheprovider \
-        -k "auto or wgmma" > "$D/iv53_pytest.log" 2>&1
-      st iv53_pytest $?; tail -3 "$D/iv53_pytest.log"
-      for tool in memcheck racecheck; do
-        in_tree iv53 timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
-          wgmma > "$D/iv53_$tool.log" 2>&1
-        st "iv53_$tool" $?; tail -2 "$D/iv53_$tool.log"
-      done ;;
+    iv53chk)  # iv53 (the indexed short-K tile loop claims its next tile one ahead): indexed_tree_checks
+      # (auto reaches it at 96-row blocks, the forced wgmma family at every block)
+      indexed_tree_checks iv53 ;;
     abiv53)  # main (T=2048 down on the stream-K tile), main's deferred loop forced at 56 rows, and iv53's,
       # TP8 T=2048/8192, at base then boost clock; gate_up is the same kernel in all three (the
       # wgmma family is auto's choice there). Not after a failed iv53chk.
