@@ -493,3 +493,15 @@ def test_misaligned_activations_raise_before_the_launch(grouped_stub):
     with pytest.raises(ValueError, match="must start 16-byte aligned"):
         ops._grouped_cuda("contiguous_offsets", shifted, grouped, torch.tensor([0, 1, 1, 2, 3]), out, 1)
     assert not grouped_stub["launches"]
+
+def test_deferred_tile_loop_bounds_a_before_anything_compiles(stub_device, monkeypatch):
+    """The deferred short-K tile loop's loader warp keeps a's rows as 32-bit offsets in 16-byte
+    units (WgmmaTile::WarpRows): an a past A_MAX_BYTES (64 GB) is refused for that kernel before
+    it is loaded; the kernels that address a in 64 bits take it."""
+    a, packed, sorted_ids, expert_ids, ntp, out = _problem(block_m=96)
+    monkeypatch.setattr(ops, "A_MAX_BYTES", a.numel() * a.element_size() - 2)
+    with pytest.raises(ValueError, match="DEFER_STORE1 addresses at most"):
+        ops._indexed_plan(a, packed, sorted_ids, expert_ids, ntp, 2, 96, out, "wgmma", "")
+    assert stub_device == []  # nothing compiled or loaded
+    launch = ops._indexed_plan(a, packed, sorted_ids, expert_ids, ntp, 2, 96, out, "wgmma_sk", "")[1]
+    assert "DEFER_STORE" not in launch.spec.config

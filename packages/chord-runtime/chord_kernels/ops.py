@@ -190,15 +190,17 @@ def _indexed_plan(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, b
     n = packed.n
     _check_operands(tuple(a.shape), a.stride(), a.dtype, packed.k, tuple(out.shape), out.stride(), out.dtype, m * top_k, n)
     _require(top_k >= 1 and block_m >= 1, f"top_k ({top_k}) and block_m ({block_m}) must be positive")
-    # The short-K tile loop's loader keeps a's rows as 32-bit offsets in 16-byte units (WarpRows).
-    _require(m * a.stride(0) * a.element_size() <= A_MAX_BYTES,
-             f"a spans {m * a.stride(0) * a.element_size()} bytes; the indexed kernels address at most {A_MAX_BYTES}")
     num_blocks, sorted_len = expert_ids.numel(), sorted_ids.numel()
     _require(num_blocks * block_m >= sorted_len,
              f"expert_ids has {num_blocks} blocks of {block_m}, too few for {sorted_len} sorted_ids")
     problem = IndexedProblem(n=n, k=k, num_experts=packed.num_experts, top_k=top_k, block_m=block_m,
                              num_routes=m * top_k)
     launch = select_indexed(problem, kernel_arch(_device_index(a.device)), family, tuning)
+    # The deferred tile loop's loader warp keeps a's rows as 32-bit offsets in 16-byte units
+    # (WarpRows); the other kernels address a in 64 bits. Checked before anything compiles.
+    a_bytes = m * a.stride(0) * a.element_size()
+    _require(not launch.spec.config.get("DEFER_STORE") or a_bytes <= A_MAX_BYTES,
+             f"a spans {a_bytes} bytes; {launch.spec.symbol} addresses at most {A_MAX_BYTES}")
     kernel = _load(launch, a.device)
     grid, scratch = _launch_grid(kernel, launch, a.device, k, launch.grid(problem, num_blocks),
                                  f"indexed with {num_blocks} routing blocks of {block_m} rows "
