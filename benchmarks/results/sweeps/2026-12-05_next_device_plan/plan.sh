@@ -16,11 +16,11 @@
 # partial abgv42 that crashed on the masked 256 x 128 tile. Done in the fifth session: gv42chk
 # abgv42 (gv42 landed at 0f83030: do not APPLY it), split, grpgrid and idxgrid on an H100. Done in
 # the sixth (an H100): iv51chk abiv51 (iv51 landed for 96+ row blocks), dectune cwg4gu (rejected),
-# gv40chk abgv40 (rejected), v47boost. Left:
+# gv40chk abgv40 (rejected), v47boost. Done in the seventh (an H100): iv53chk abiv53 (not landed),
+# dectrace, idxgrid (H100), v54chk v54trace abv54 (v54, .ab/v54 from ../2026-12-05_v54_chunked_tail/v54.diff:
+# rejected). Left:
 #   APPLY="" bash .../plan.sh install grpgrid, then idxgrid, on an H200 (the reference grids at
-#           the current commit; ~7 and ~3 min), and install dectrace (~2 min, any GPU)
-#   install iv53chk abiv53 (~6 min, any GPU; .ab/iv53 from ../2026-12-05_iv53_claim_ahead/iv53.diff:
-#           the short-K tile loop claims its next tile one ahead; decides SHORT_K_LOOP_MIN_ROWS)
+#           the current commit; ~7 and ~3 min)
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere; land the winners after the session (git apply, move their design-log entries to
 # measured), and the grids' outputs into docs/performance.md and benchmarks/results/.
@@ -196,6 +196,37 @@ for step in "$@"; do
           "--scenarios tp8 --tokens 2048,8192 --dists uniform" base=. loop=. iv53=.ab/iv53
         st "abiv53_$clock" $?
       done ;;
+    v54chk)  # v54 (the mma stream-K kernel's chunked tail) changes every mma stream-K kernel: the
+      # stream-K GPU tests of both families on its tree, memcheck / racecheck on the long-run case
+      # (the EP8 T=20 determinism check and the graph replays too: chunks are claimed at run time)
+      in_tree v54 timeout 360 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py -q \
+        -p no:cacheprovider -k "(kimi_shapes_random and (auto or mma_sk)) or streamk or stream_k or wide_decode or one_wave or no_host_sync or graph" \
+        > "$D/v54_pytest.log" 2>&1
+      st v54_pytest $?; tail -3 "$D/v54_pytest.log"
+      for tool in memcheck racecheck; do
+        in_tree v54 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
+          python3 scripts/gpu_sanitize_case.py mma_sk_long > "$D/v54_$tool.log" 2>&1
+        st "v54_$tool" $?; tail -2 "$D/v54_$tool.log"
+      done ;;
+    abv54)  # v54 against main at boost then base clock: the decode points of both families. Not
+      # after a failed v54chk.
+      if grep -Eq "^v54_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abv54_skipped 1; continue; fi
+      for clock in none base; do
+        AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_v54_grouped_$clock" grouped \
+          "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens 8,20 --dists uniform,skew" base=. v54=.ab/v54
+        st "abv54_grouped_$clock" $?
+        AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_v54_indexed_$clock" indexed \
+          "--scenarios ep8,tp8 --tokens 8,20,128 --dists uniform,skew" base=. v54=.ab/v54
+        st "abv54_indexed_$clock" $?
+      done ;;
+    v54trace)  # the traced point on the v54 tree: do the SMs now end together?
+      for dist in uniform skew; do
+        PYTHONPATH="$PWD/.ab/v54/packages/chord-runtime" CHORD_CSRC_DIR="$PWD/.ab/v54/csrc" OUT=$D \
+          timeout 100 bash benchmarks/cta_trace.sh ep8 20 gate_up $dist v54 -- --family grouped --paths grouped_contiguous \
+          > "$D/v54trace_$dist.txt" 2>&1
+        st "v54trace_$dist" $?
+        python3 -m benchmarks.cta_trace_report "$D/trace_ep8_gate_up_T20_${dist}_v54.json" > "$D/v54trace_report_$dist.txt" 2>&1
+      done ;;
     split)  # the feed split into loads and stores: main, feed only, no output stores, both (the loads
       # alone), ncu at base clock, on the feed-bound points (indexed-kernels.md v49)
       AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_ENV_nostore="CHORD_DIAG_NO_STORE=1" \
@@ -218,7 +249,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
