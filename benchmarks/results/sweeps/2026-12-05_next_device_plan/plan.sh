@@ -21,6 +21,8 @@
 # rejected). Left:
 #   APPLY="" bash .../plan.sh install grpgrid, then idxgrid, on an H200 (the reference grids at
 #           the current commit; ~7 and ~3 min)
+#   install whole (~5 min, either GPU; the H200 first if one comes): whole-K decode tiles on the
+#           hardware's schedule against stream-K over the indexed decode points (v55's probe widened)
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere; land the winners after the session (git apply, move their design-log entries to
 # measured), and the grids' outputs into docs/performance.md and benchmarks/results/.
@@ -227,6 +229,15 @@ for step in "$@"; do
         st "v54trace_$dist" $?
         python3 -m benchmarks.cta_trace_report "$D/trace_ep8_gate_up_T20_${dist}_v54.json" > "$D/v54trace_report_$dist.txt" 2>&1
       done ;;
+    whole)  # whole-K decode tiles on the hardware's schedule (indexed-kernels.md v55) against main's
+      # stream-K, the indexed decode points, both clocks: where do whole tiles win (waves)?
+      for clock in none base; do
+        AB_ENV_mma3="CHORD_W4A16_INDEXED_KERNEL=mma CHORD_W4A16_TUNING=NT=2,TT=1,STAGE_K=256,STAGES=3" \
+          AB_ENV_mma4="CHORD_W4A16_INDEXED_KERNEL=mma CHORD_W4A16_TUNING=NT=2,TT=1,STAGE_K=256,STAGES=4" \
+          AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_whole_$clock" indexed \
+          "--scenarios ep8,tp8 --tokens 8,20,32,64,128 --dists uniform,skew --projections gate_up" base=. mma3=. mma4=.
+        st "whole_$clock" $?
+      done ;;
     split)  # the feed split into loads and stores: main, feed only, no output stores, both (the loads
       # alone), ncu at base clock, on the feed-bound points (indexed-kernels.md v49)
       AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_ENV_nostore="CHORD_DIAG_NO_STORE=1" \
@@ -249,7 +260,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install whole v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
