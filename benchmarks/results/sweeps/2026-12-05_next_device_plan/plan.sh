@@ -50,6 +50,22 @@ indexed_tree_checks() {
     st "${t}_$tool" $?; tail -2 "$D/${t}_$tool.log"
   done
 }
+# A stream-K candidate tree's checks: the stream-K GPU tests of both families (the Kimi shapes,
+# the split tiles and locks, the wide and one-wave decode, then EXTRA_K), then memcheck and
+# racecheck on its long-run case (mma_sk_long, in the candidate's own sanitizer script):
+# streamk_tree_checks LABEL [EXTRA_K]
+streamk_tree_checks() {
+  local t=$1 extra=${2:-} tool
+  in_tree "$t" timeout 360 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py -q \
+    -p no:cacheprovider -k "(kimi_shapes_random and (auto or mma_sk)) or streamk or stream_k or wide_decode or one_wave$extra" \
+    > "$D/${t}_pytest.log" 2>&1
+  st "${t}_pytest" $?; tail -3 "$D/${t}_pytest.log"
+  for tool in memcheck racecheck; do
+    in_tree "$t" timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
+      python3 scripts/gpu_sanitize_case.py mma_sk_long > "$D/${t}_$tool.log" 2>&1
+    st "${t}_$tool" $?; tail -2 "$D/${t}_$tool.log"
+  done
+}
 # The device copy with the candidates in $APPLY applied (their diffs), for a grid: prints the label.
 apply_candidates() {
   local label=$COMMIT c
@@ -106,17 +122,9 @@ for step in "$@"; do
           base=. gv42=.ab/gv42
         st "abgv42_$clock" $?
       done ;;
-    swchk)  # sw changes every stream-K kernel: the stream-K GPU tests of both families on its tree, and
-      # memcheck / racecheck on its long-run case (where the shorter band applies)
-      in_tree sw timeout 360 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py -q \
-        -p no:cacheprovider -k "(kimi_shapes_random and (auto or mma_sk)) or streamk or stream_k or wide_decode or one_wave" \
-        > "$D/sw_pytest.log" 2>&1
-      st sw_pytest $?; tail -3 "$D/sw_pytest.log"
-      for tool in memcheck racecheck; do
-        in_tree sw timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
-          python3 scripts/gpu_sanitize_case.py mma_sk_long > "$D/sw_$tool.log" 2>&1
-        st "sw_$tool" $?; tail -2 "$D/sw_$tool.log"
-      done ;;
+    swchk)  # sw changes every stream-K kernel: its stream-K checks (the long-run case is where the
+      # shorter band applies)
+      streamk_tree_checks sw ;;
     absw)  # sw against main at base clock: the decode points of both families (the traced one included)
       AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_sw_grouped" grouped \
         "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens 8,20 --dists uniform,skew" base=. sw=.ab/sw
@@ -198,18 +206,10 @@ for step in "$@"; do
           "--scenarios tp8 --tokens 2048,8192 --dists uniform" base=. loop=. iv53=.ab/iv53
         st "abiv53_$clock" $?
       done ;;
-    v54chk)  # v54 (the mma stream-K kernel's chunked tail) changes every mma stream-K kernel: the
-      # stream-K GPU tests of both families on its tree, memcheck / racecheck on the long-run case
-      # (the EP8 T=20 determinism check and the graph replays too: chunks are claimed at run time)
-      in_tree v54 timeout 360 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py -q \
-        -p no:cacheprovider -k "(kimi_shapes_random and (auto or mma_sk)) or streamk or stream_k or wide_decode or one_wave or no_host_sync or graph" \
-        > "$D/v54_pytest.log" 2>&1
-      st v54_pytest $?; tail -3 "$D/v54_pytest.log"
-      for tool in memcheck racecheck; do
-        in_tree v54 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
-          python3 scripts/gpu_sanitize_case.py mma_sk_long > "$D/v54_$tool.log" 2>&1
-        st "v54_$tool" $?; tail -2 "$D/v54_$tool.log"
-      done ;;
+    v54chk)  # v54 (the mma stream-K kernel's chunked tail) changes every mma stream-K kernel: its
+      # stream-K checks, with the EP8 T=20 determinism check and the graph replays (chunks are
+      # claimed at run time)
+      streamk_tree_checks v54 " or no_host_sync or graph" ;;
     abv54)  # v54 against main at boost then base clock: the decode points of both families. Not
       # after a failed v54chk.
       if grep -Eq "^v54_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abv54_skipped 1; continue; fi
