@@ -21,7 +21,7 @@
 # rejected). Left:
 #   APPLY="" bash .../plan.sh install grpgrid, then idxgrid, on an H200 (the reference grids at
 #           the current commit; ~7 and ~3 min)
-#   install whole (~5 min, either GPU; the H200 first if one comes): whole-K decode tiles on the
+#   install whole (~6 min, either GPU; the H200 first if one comes): whole-K decode tiles on the
 #           hardware's schedule against stream-K over the indexed decode points (v55's probe widened)
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere; land the winners after the session (git apply, move their design-log entries to
@@ -231,11 +231,13 @@ for step in "$@"; do
       done ;;
     whole)  # whole-K decode tiles on the hardware's schedule (indexed-kernels.md v55) against main's
       # stream-K, the indexed decode points, both clocks: where do whole tiles win (waves)?
+      # (mma2: the 2-stage ring at 4 CTAs an SM, main's EP8 decode occupancy; mma3: 3 an SM; mma4: 2)
       for clock in none base; do
-        AB_ENV_mma3="CHORD_W4A16_INDEXED_KERNEL=mma CHORD_W4A16_TUNING=NT=2,TT=1,STAGE_K=256,STAGES=3" \
+        AB_ENV_mma2="CHORD_W4A16_INDEXED_KERNEL=mma CHORD_W4A16_TUNING=NT=2,TT=1,STAGE_K=256,STAGES=2" \
+          AB_ENV_mma3="CHORD_W4A16_INDEXED_KERNEL=mma CHORD_W4A16_TUNING=NT=2,TT=1,STAGE_K=256,STAGES=3" \
           AB_ENV_mma4="CHORD_W4A16_INDEXED_KERNEL=mma CHORD_W4A16_TUNING=NT=2,TT=1,STAGE_K=256,STAGES=4" \
           AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_whole_$clock" indexed \
-          "--scenarios ep8,tp8 --tokens 8,20,32,64,128 --dists uniform,skew --projections gate_up" base=. mma3=. mma4=.
+          "--scenarios ep8,tp8 --tokens 8,20,32,128 --dists uniform,skew --projections gate_up" base=. mma2=. mma3=. mma4=.
         st "whole_$clock" $?
       done ;;
     split)  # the feed split into loads and stores: main, feed only, no output stores, both (the loads
