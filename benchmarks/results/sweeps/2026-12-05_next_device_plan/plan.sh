@@ -23,6 +23,8 @@
 #           the current commit; ~7 and ~3 min)
 #   install whole (~6 min, either GPU; the H200 first if one comes): whole-K decode tiles on the
 #           hardware's schedule against stream-K over the indexed decode points (v55's probe widened)
+#   install v56chk abv56 (~8 min, either GPU; .ab/v56 from ../2026-12-05_v56_claimed_tiles/v56.diff:
+#           the mma stream-K kernel claims whole tiles where they make 3.5+ waves)
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere; land the winners after the session (git apply, move their design-log entries to
 # measured), and the grids' outputs into docs/performance.md and benchmarks/results/.
@@ -52,18 +54,33 @@ indexed_tree_checks() {
 }
 # A stream-K candidate tree's checks: the stream-K GPU tests of both families (the Kimi shapes,
 # the split tiles and locks, the wide and one-wave decode, then EXTRA_K), then memcheck and
-# racecheck on its long-run case (mma_sk_long, in the candidate's own sanitizer script):
-# streamk_tree_checks LABEL [EXTRA_K]
+# racecheck on its long-run case (mma_sk_long, or SANITIZER_CASE; in the candidate's own script):
+# streamk_tree_checks LABEL [EXTRA_K] [SANITIZER_CASE]
 streamk_tree_checks() {
-  local t=$1 extra=${2:-} tool
+  local t=$1 extra=${2:-} case=${3:-mma_sk_long} tool
   in_tree "$t" timeout 360 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py -q \
     -p no:cacheprovider -k "(kimi_shapes_random and (auto or mma_sk)) or streamk or stream_k or wide_decode or one_wave$extra" \
     > "$D/${t}_pytest.log" 2>&1
   st "${t}_pytest" $?; tail -3 "$D/${t}_pytest.log"
   for tool in memcheck racecheck; do
     in_tree "$t" timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
-      python3 scripts/gpu_sanitize_case.py mma_sk_long > "$D/${t}_$tool.log" 2>&1
+      python3 scripts/gpu_sanitize_case.py "$case" > "$D/${t}_$tool.log" 2>&1
     st "${t}_$tool" $?; tail -2 "$D/${t}_$tool.log"
+  done
+}
+# A decode candidate against main (.ab/LABEL), ncu ABBA at boost then base clock, the decode points
+# of both families (grouped offsets form EP8/16/32, indexed EP8/TP8), both projections; skipped
+# after a failed LABELchk: decode_ab LABEL GROUPED_TOKENS INDEXED_TOKENS
+decode_ab() {
+  local t=$1 clock
+  if grep -Eq "^${t}_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st "ab${t}_skipped" 1; return; fi
+  for clock in none base; do
+    AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_${t}_grouped_$clock" grouped \
+      "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens $2 --dists uniform,skew" base=. "$t=.ab/$t"
+    st "ab${t}_grouped_$clock" $?
+    AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_${t}_indexed_$clock" indexed \
+      "--scenarios ep8,tp8 --tokens $3 --dists uniform,skew" base=. "$t=.ab/$t"
+    st "ab${t}_indexed_$clock" $?
   done
 }
 # The device copy with the candidates in $APPLY applied (their diffs), for a grid: prints the label.
@@ -210,17 +227,8 @@ for step in "$@"; do
       # stream-K checks, with the EP8 T=20 determinism check and the graph replays (chunks are
       # claimed at run time)
       streamk_tree_checks v54 " or no_host_sync or graph" ;;
-    abv54)  # v54 against main at boost then base clock: the decode points of both families. Not
-      # after a failed v54chk.
-      if grep -Eq "^v54_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abv54_skipped 1; continue; fi
-      for clock in none base; do
-        AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_v54_grouped_$clock" grouped \
-          "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens 8,20 --dists uniform,skew" base=. v54=.ab/v54
-        st "abv54_grouped_$clock" $?
-        AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_v54_indexed_$clock" indexed \
-          "--scenarios ep8,tp8 --tokens 8,20,128 --dists uniform,skew" base=. v54=.ab/v54
-        st "abv54_indexed_$clock" $?
-      done ;;
+    abv54)  # v54 against main: the decode points of both families
+      decode_ab v54 8,20 8,20,128 ;;
     v54trace)  # the traced point on the v54 tree: do the SMs now end together?
       for dist in uniform skew; do
         PYTHONPATH="$PWD/.ab/v54/packages/chord-runtime" CHORD_CSRC_DIR="$PWD/.ab/v54/csrc" OUT=$D \
@@ -229,6 +237,13 @@ for step in "$@"; do
         st "v54trace_$dist" $?
         python3 -m benchmarks.cta_trace_report "$D/trace_ep8_gate_up_T20_${dist}_v54.json" > "$D/v54trace_report_$dist.txt" 2>&1
       done ;;
+    v56chk)  # v56 (the mma stream-K kernel claims whole tiles where they make 3.5+ waves on deep K):
+      # the stream-K checks of both families, with the determinism check and the graph replays, and
+      # the sanitizer on its own case (mma_claims: ~3000 whole tiles, K 1024 and 1280)
+      streamk_tree_checks v56 " or no_host_sync or graph" mma_claims ;;
+    abv56)  # v56 against main: the decode points of both families, both projections (down at
+      # EP8/EP16 and TP8 T=128 gate_up are where it claims)
+      decode_ab v56 8,20,32 8,20,32,128 ;;
     whole)  # whole-K decode tiles on the hardware's schedule (indexed-kernels.md v55) against main's
       # stream-K, the indexed decode points, both clocks: where do whole tiles win (waves)?
       # (mma2: the 2-stage ring at 4 CTAs an SM, main's EP8 decode occupancy; mma3: 3 an SM; mma4: 2)
@@ -262,7 +277,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install whole v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install whole v56chk abv56 v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
