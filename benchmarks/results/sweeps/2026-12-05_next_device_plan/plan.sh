@@ -68,6 +68,19 @@ streamk_tree_checks() {
     st "${t}_$tool" $?; tail -2 "$D/${t}_$tool.log"
   done
 }
+# The per-CTA trace of grouped EP8 T=20 gate_up (offsets form), both routings, on the tree
+# .ab/LABEL (cta_trace.sh runs from the checkout's root: the tree by absolute paths, as ncu_ab.sh
+# does), then its report: trace_tree LABEL
+trace_tree() {
+  local t=$1 dist
+  for dist in uniform skew; do
+    PYTHONPATH="$PWD/.ab/$t/packages/chord-runtime" CHORD_CSRC_DIR="$PWD/.ab/$t/csrc" OUT=$D \
+      timeout 100 bash benchmarks/cta_trace.sh ep8 20 gate_up $dist "$t" -- --family grouped --paths grouped_contiguous \
+      > "$D/${t}trace_$dist.txt" 2>&1
+    st "${t}trace_$dist" $?
+    python3 -m benchmarks.cta_trace_report "$D/trace_ep8_gate_up_T20_${dist}_$t.json" > "$D/${t}trace_report_$dist.txt" 2>&1
+  done
+}
 # A decode candidate against main (.ab/LABEL), ncu ABBA at boost then base clock, the decode points
 # of both families (grouped offsets form EP8/16/32, indexed EP8/TP8), both projections; skipped
 # after a failed LABELchk: decode_ab LABEL GROUPED_TOKENS INDEXED_TOKENS
@@ -150,14 +163,7 @@ for step in "$@"; do
         "--scenarios ep8,tp8 --tokens 8,20,128 --dists uniform,skew" base=. sw=.ab/sw
       st absw_indexed $? ;;
     swtrace)  # the traced point on the sw tree: does the last band now end with the others?
-      for dist in uniform skew; do
-        # cta_trace.sh runs from the checkout's root: the tree by absolute paths, as ncu_ab.sh does
-        PYTHONPATH="$PWD/.ab/sw/packages/chord-runtime" CHORD_CSRC_DIR="$PWD/.ab/sw/csrc" OUT=$D \
-          bash benchmarks/cta_trace.sh ep8 20 gate_up $dist sw -- --family grouped --paths grouped_contiguous \
-          > "$D/swtrace_$dist.txt" 2>&1
-        st "swtrace_$dist" $?
-        python3 -m benchmarks.cta_trace_report "$D/trace_ep8_gate_up_T20_${dist}_sw.json" > "$D/swtrace_report_$dist.txt" 2>&1
-      done ;;
+      trace_tree sw ;;
     v47boost)  # v47 (landed 5b3c248 from base-clock ncu) at the clocks do_bench sees
       AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=100 bash benchmarks/ncu_ab.sh "$D/ab_v47_boost" indexed \
         "--scenarios ep8,tp8 --tokens 8,20 --dists uniform,skew" base=.ab/c119a58 v47=.
@@ -230,13 +236,7 @@ for step in "$@"; do
     abv54)  # v54 against main: the decode points of both families
       decode_ab v54 8,20 8,20,128 ;;
     v54trace)  # the traced point on the v54 tree: do the SMs now end together?
-      for dist in uniform skew; do
-        PYTHONPATH="$PWD/.ab/v54/packages/chord-runtime" CHORD_CSRC_DIR="$PWD/.ab/v54/csrc" OUT=$D \
-          timeout 100 bash benchmarks/cta_trace.sh ep8 20 gate_up $dist v54 -- --family grouped --paths grouped_contiguous \
-          > "$D/v54trace_$dist.txt" 2>&1
-        st "v54trace_$dist" $?
-        python3 -m benchmarks.cta_trace_report "$D/trace_ep8_gate_up_T20_${dist}_v54.json" > "$D/v54trace_report_$dist.txt" 2>&1
-      done ;;
+      trace_tree v54 ;;
     v56chk)  # v56 (the mma stream-K kernel claims whole tiles where they make 3.5+ waves on deep K):
       # the stream-K checks of both families, with the determinism check and the graph replays, and
       # the sanitizer on its own case (mma_claims: ~3000 whole tiles, K 1024 and 1280)
