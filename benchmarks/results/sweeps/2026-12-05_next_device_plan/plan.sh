@@ -18,13 +18,14 @@
 # the sixth (an H100): iv51chk abiv51 (iv51 landed for 96+ row blocks), dectune cwg4gu (rejected),
 # gv40chk abgv40 (rejected), v47boost. Done in the seventh (an H100): iv53chk abiv53 (not landed),
 # dectrace, idxgrid (H100), v54chk v54trace abv54 (v54, .ab/v54 from ../2026-12-05_v54_chunked_tail/v54.diff:
-# rejected). Left:
-#   APPLY="" bash .../plan.sh install grpgrid, then idxgrid, on an H200 (the reference grids at
-#           the current commit; ~7 and ~3 min)
-#   install whole (~6 min, either GPU; the H200 first if one comes): whole-K decode tiles on the
-#           hardware's schedule against stream-K over the indexed decode points (v55's probe widened)
-#   install v56chk abv56 (~8 min, either GPU; .ab/v56 from ../2026-12-05_v56_claimed_tiles/v56.diff:
-#           the mma stream-K kernel claims whole tiles where they make 3.5+ waves)
+# rejected). Done in the eighth (an H200): grpgrid and idxgrid at 18e989a (docs/performance.md),
+# v56chk abv56 (v56 rejected as it was), whole (no whole-tile rule on the H200). Left:
+#   bash benchmarks/ab_tree.sh HEAD v57 --patch benchmarks/results/sweeps/2026-12-05_v57_claims_flag/v57.diff
+#   bash benchmarks/ab_tree.sh 01ac629          # main before gv42, for gv42h200
+#   install v57chk abv57 (~7 min, either GPU; the H200 first): v56's claims on the indexed decode
+#           tiles over deep K only, every other kernel main's
+#   gv42h200 (~4 min, an H200): gv42 against its parent on the prefill down where the H200 grid moved
+#   whole (done on both GPUs; no rule follows from it)
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere; land the winners after the session (git apply, move their design-log entries to
 # measured), and the grids' outputs into docs/performance.md and benchmarks/results/.
@@ -64,7 +65,7 @@ streamk_tree_checks() {
   st "${t}_pytest" $?; tail -3 "$D/${t}_pytest.log"
   for tool in memcheck racecheck; do
     in_tree "$t" timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
-      python3 scripts/gpu_sanitize_case.py "$case" > "$D/${t}_$tool.log" 2>&1
+      python3 scripts/gpu_sanitize_case.py $case > "$D/${t}_$tool.log" 2>&1  # (unquoted: one or more cases)
     st "${t}_$tool" $?; tail -2 "$D/${t}_$tool.log"
   done
 }
@@ -82,15 +83,17 @@ trace_tree() {
   done
 }
 # A decode candidate against main (.ab/LABEL), ncu ABBA at boost then base clock, the decode points
-# of both families (grouped offsets form EP8/16/32, indexed EP8/TP8), both projections; skipped
-# after a failed LABELchk: decode_ab LABEL GROUPED_TOKENS INDEXED_TOKENS
+# of both families (grouped offsets form EP8/16/32, indexed EP8/TP8; GROUPED_TOKENS "-": indexed
+# only), both projections; skipped after a failed LABELchk: decode_ab LABEL GROUPED_TOKENS INDEXED_TOKENS
 decode_ab() {
   local t=$1 clock
   if grep -Eq "^${t}_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st "ab${t}_skipped" 1; return; fi
   for clock in none base; do
-    AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_${t}_grouped_$clock" grouped \
-      "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens $2 --dists uniform,skew" base=. "$t=.ab/$t"
-    st "ab${t}_grouped_$clock" $?
+    if [[ $2 != - ]]; then
+      AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_${t}_grouped_$clock" grouped \
+        "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens $2 --dists uniform,skew" base=. "$t=.ab/$t"
+      st "ab${t}_grouped_$clock" $?
+    fi
     AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_${t}_indexed_$clock" indexed \
       "--scenarios ep8,tp8 --tokens $3 --dists uniform,skew" base=. "$t=.ab/$t"
     st "ab${t}_indexed_$clock" $?
@@ -244,6 +247,21 @@ for step in "$@"; do
     abv56)  # v56 against main: the decode points of both families, both projections (down at
       # EP8/EP16 and TP8 T=128 gate_up are where it claims)
       decode_ab v56 8,20,32 8,20,32,128 ;;
+    v57chk)  # v57 (v56's claimed whole tiles as a template flag, compiled into the indexed decode tiles
+      # over deep K only; every other kernel is main's instruction for instruction): the stream-K
+      # checks with its own GPU test (claimed tiles bit for bit against whole-K tiles, both rings,
+      # graph replays), then memcheck and racecheck on its cases (3- and 2-stage rings)
+      streamk_tree_checks v57 " or no_host_sync or graph or claimed" "mma_claims mma_claims2" ;;
+    abv57)  # v57 against main: the indexed decode points (the grouped kernels are main's), both clocks
+      decode_ab v57 - 8,20,32,128 ;;
+    gv42h200)  # gv42 (landed 0f83030 from an H100 A/B) on the H200: main against its parent 01ac629
+      # (.ab/01ac629), ncu ABBA at base clock, the prefill down of both forms where the grid moved
+      for clock in base; do
+        AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=200 bash benchmarks/ncu_ab.sh "$D/ab_gv42h200_$clock" grouped \
+          "--paths grouped_masked,grouped_contiguous --scenarios ep16,ep32 --tokens 2048,8192 --dists uniform --projections down" \
+          base=.ab/01ac629 gv42=.
+        st "gv42h200_$clock" $?
+      done ;;
     whole)  # whole-K decode tiles on the hardware's schedule (indexed-kernels.md v55) against main's
       # stream-K, the indexed decode points, both clocks: where do whole tiles win (waves)?
       # (mma2: the 2-stage ring at 4 CTAs an SM, main's EP8 decode occupancy; mma3: 3 an SM; mma4: 2)
@@ -277,7 +295,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install whole v56chk abv56 v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install v57chk abv57 gv42h200 whole v56chk abv56 v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
