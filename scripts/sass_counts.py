@@ -7,6 +7,14 @@ backward branch around the HGMMAs).
     python3 scripts/sass_counts.py --ops "grouped_wgmma('masked', 2, 56, 6, 128)"
     python3 scripts/sass_counts.py --reachable wgmma      # every reachable kernel whose family holds "wgmma"
 
+Whether a change leaves a kernel as it was, instruction for instruction: dump each tree's listing
+(run each tree's own script, on its own package and csrc/) and diff the folders
+(indexed-kernels.md v57 held the kernels without its flag to main's this way):
+
+    PYTHONPATH=$A/packages/chord-runtime CHORD_CSRC_DIR=$A/csrc python3 $A/scripts/sass_counts.py --dump /tmp/a EXPR...
+    PYTHONPATH=$B/packages/chord-runtime CHORD_CSRC_DIR=$B/csrc python3 $B/scripts/sass_counts.py --dump /tmp/b EXPR...
+    diff -r /tmp/a /tmp/b
+
 Each argument is a `chord_kernels.dispatch` expression returning a Launch. R2UR counts the moves
 from vector to uniform registers: where ptxas cannot prove a value warp-uniform (a divergent branch
 around the loop, a role chosen by `threadIdx.x`), the ring position, the wgmma descriptors or a
@@ -83,6 +91,19 @@ def uniform_moves(lines: list[str]) -> int:
     return sum(_OP.search(line).group(1) == "R2UR" for line in lines)
 
 
+_BRANCH_TARGET = re.compile(r"\b(BRA|BRX|CALL\.\w+|CALL|JMP|SSY|PBK|BSSY|WARPSYNC)(\b.*?)0x[0-9a-f]+")
+
+
+def normalized(lines: list[str]) -> list[str]:
+    """A listing without addresses, encodings and branch targets: equal for identical code, and a
+    diff of two shows the instructions that moved rather than every shifted address."""
+    out = []
+    for line in lines:
+        text = _ADDR.sub("", line).split(";")[0].strip()
+        out.append(_BRANCH_TARGET.sub(r"\1\2TARGET", text))
+    return out
+
+
 def compile_cubin(expr, workdir: Path, csrc: Path | None = None):
     """(spec, cubin, nvcc's completed process) of a dispatch expression's kernel (or a KernelSpec),
     built with the JIT's own flags (the cubin the GPU runs; the flags include -lineinfo) from
@@ -98,7 +119,7 @@ def compile_cubin(expr, workdir: Path, csrc: Path | None = None):
     return spec, cubin, res
 
 
-def analyse(expr, workdir: Path, ops: bool) -> str:
+def analyse(expr, workdir: Path, ops: bool, dump: Path | None = None) -> str:
     spec, cubin, res = compile_cubin(expr, workdir)
     label = expr if isinstance(expr, str) else "reachable"
     if res.returncode:
@@ -107,6 +128,8 @@ def analyse(expr, workdir: Path, ops: bool) -> str:
     spills = re.findall(r"(\d+) bytes spill stores", res.stderr)
     warnings = sorted(set(re.findall(r"C75\d\d", res.stderr)))
     lines = sass_lines(cubin)
+    if dump is not None:  # one file a kernel, named by its symbol (a tree's variant of it diffs against it)
+        (dump / f"{spec.symbol}.sass").write_text("\n".join(normalized(lines)) + "\n")
     k_loop = hgmma_k_loop(lines)
     report = [f"{label} -> {spec.describe()}",
               f"  registers {regs}, spill stores {spills} bytes, wgmma warnings {warnings or 'none'}, "
@@ -125,6 +148,8 @@ def main(argv=None) -> int:
     parser.add_argument("--ops", action="store_true", help="op mix of each HGMMA loop")
     parser.add_argument("--reachable", metavar="TEXT",
                         help="also every kernel the dispatch can pick whose family holds TEXT (\"\" for all)")
+    parser.add_argument("--dump", metavar="DIR", type=Path,
+                        help="also write each kernel's normalized listing to DIR/<symbol>.sass (to diff two trees)")
     args = parser.parse_args(argv)
     launches = list(args.launches)
     if args.reachable is not None:  # what CI compiles (profiles.all_default_specs)
@@ -133,7 +158,9 @@ def main(argv=None) -> int:
     if not launches:
         parser.error("no kernels: give dispatch expressions or --reachable")
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(2) as pool:
-        for text in pool.map(lambda e: analyse(e, Path(tmp), args.ops), launches):
+        if args.dump is not None:
+            args.dump.mkdir(parents=True, exist_ok=True)
+        for text in pool.map(lambda e: analyse(e, Path(tmp), args.ops, args.dump), launches):
             print(text, flush=True)
     return 0
 

@@ -38,3 +38,13 @@ def test_uniform_moves_in_the_k_loop():
     k_loop = sass_counts.hgmma_k_loop(lines)
     assert len(k_loop) == 3 and sass_counts.uniform_moves(k_loop) == 1  # R2UR, HGMMA, BRA
     assert sass_counts.hgmma_k_loop(lines[:2]) == []
+
+
+def test_normalized_listing_drops_addresses_and_branch_targets():
+    lines = [line for line in LISTING.splitlines() if line.strip()]
+    norm = sass_counts.normalized(lines)
+    assert norm[0] == "MOV R1, c[0x0][0x28]"  # operands kept, address and ';' gone
+    assert norm[7] == "@P1 BRA TARGET" and norm[9] == "@P2 BRA TARGET"
+    # the same code one instruction later reads the same, but for the inserted line
+    shifted = [line.replace("/*00", "/*01") for line in lines]
+    assert sass_counts.normalized(shifted) == norm
