@@ -24,6 +24,10 @@
 #   bash benchmarks/ab_tree.sh 01ac629          # main before gv42, for gv42h200
 #   install v57chk abv57 (~7 min, either GPU; the H200 first): v56's claims on the indexed decode
 #           tiles over deep K only, every other kernel main's
+#   bash benchmarks/ab_tree.sh HEAD gv43 --patch benchmarks/results/sweeps/2026-12-05_gv43_decode_ring/gv43.diff
+#   install gv43chk abgv43 (~6 min, the H200 first): the offsets form's decode on the 2-stage 8 x 128
+#           ring where it has 2+ tiles a CTA (grouped-kernels.md v43; the largest grouped decode miss,
+#           skewed EP8 T=20 0.95x, is one of its points)
 #   gv42h200 (~4 min, an H200): gv42 against its parent on the prefill down where the H200 grid moved
 #   whole (done on both GPUs; no rule follows from it)
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
@@ -83,8 +87,9 @@ trace_tree() {
   done
 }
 # A decode candidate against main (.ab/LABEL), ncu ABBA at boost then base clock, the decode points
-# of both families (grouped offsets form EP8/16/32, indexed EP8/TP8; GROUPED_TOKENS "-": indexed
-# only), both projections; skipped after a failed LABELchk: decode_ab LABEL GROUPED_TOKENS INDEXED_TOKENS
+# of both families (grouped offsets form EP8/16/32, indexed EP8/TP8; "-" for either tokens list
+# leaves that family out), both projections; skipped after a failed LABELchk:
+# decode_ab LABEL GROUPED_TOKENS INDEXED_TOKENS
 decode_ab() {
   local t=$1 clock
   if grep -Eq "^${t}_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st "ab${t}_skipped" 1; return; fi
@@ -94,9 +99,11 @@ decode_ab() {
         "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens $2 --dists uniform,skew" base=. "$t=.ab/$t"
       st "ab${t}_grouped_$clock" $?
     fi
-    AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_${t}_indexed_$clock" indexed \
-      "--scenarios ep8,tp8 --tokens $3 --dists uniform,skew" base=. "$t=.ab/$t"
-    st "ab${t}_indexed_$clock" $?
+    if [[ $3 != - ]]; then
+      AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_${t}_indexed_$clock" indexed \
+        "--scenarios ep8,tp8 --tokens $3 --dists uniform,skew" base=. "$t=.ab/$t"
+      st "ab${t}_indexed_$clock" $?
+    fi
   done
 }
 # The device copy with the candidates in $APPLY applied (their diffs), for a grid: prints the label.
@@ -254,6 +261,19 @@ for step in "$@"; do
       streamk_tree_checks v57 " or no_host_sync or graph or claimed" "mma_claims mma_claims2" ;;
     abv57)  # v57 against main: the indexed decode points (the grouped kernels are main's), both clocks
       decode_ab v57 - 8,20,32,128 ;;
+    gv43chk)  # gv43 (the offsets form's 8 x 128 decode tile on the 2-stage ring at 4 CTAs an SM where
+      # 2+ expected tiles a resident CTA, in place of the 3-stage ring and of the wide tile): the
+      # grouped decode GPU tests from its tree, memcheck and racecheck on its two cases
+      in_tree gv43 timeout 300 python3 -m pytest -m gpu tests/gpu/test_grouped_gpu.py -q -p no:cacheprovider \
+        -k "shallow or wide_decode or one_wave or streamk_decode" > "$D/gv43_pytest.log" 2>&1
+      st gv43_pytest $?; tail -3 "$D/gv43_pytest.log"
+      for tool in memcheck racecheck; do
+        in_tree gv43 timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 \
+          python3 scripts/gpu_sanitize_case.py "grouped:2-stage decode ring" > "$D/gv43_$tool.log" 2>&1
+        st "gv43_$tool" $?; tail -2 "$D/gv43_$tool.log"
+      done ;;
+    abgv43)  # gv43 against main: the grouped decode points (offsets form), both projections, both clocks
+      decode_ab gv43 8,20,32 - ;;
     gv42h200)  # gv42 (landed 0f83030 from an H100 A/B) on the H200: main against its parent 01ac629
       # (.ab/01ac629), ncu ABBA at base clock, the prefill down of both forms where the grid moved
       for clock in base; do
@@ -295,7 +315,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install v57chk abv57 gv42h200 whole v56chk abv56 v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install v57chk abv57 gv43chk abgv43 gv42h200 whole v56chk abv56 v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
