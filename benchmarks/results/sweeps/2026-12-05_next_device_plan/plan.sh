@@ -28,6 +28,9 @@
 #   install gv43chk abgv43 (~6 min, the H200 first): the offsets form's decode on the 2-stage 8 x 128
 #           ring where it has 2+ tiles a CTA (grouped-kernels.md v43; the largest grouped decode miss,
 #           skewed EP8 T=20 0.95x, is one of its points)
+#   bash benchmarks/ab_tree.sh HEAD ts8 --patch benchmarks/results/sweeps/2026-12-05_ts8_tail_pieces/ts8.diff
+#   install ts8chk abts8 (~7 min, either GPU): the tile loop's split tail in 8-stage pieces (indexed
+#           v58: EP8 T=64/128 down, the indexed grid's misses at 0.98-0.99x)
 #   gv42h200 (~4 min, an H200): gv42 against its parent on the prefill down where the H200 grid moved
 #   whole (done on both GPUs; no rule follows from it)
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
@@ -274,6 +277,31 @@ for step in "$@"; do
       done ;;
     abgv43)  # gv43 against main: the grouped decode points (offsets form), both projections, both clocks
       decode_ab gv43 8,20,32 - ;;
+    ts8chk)  # ts8 (the tile loop's split tail in pieces of 8+ stages, was 16: over K=2048 a short last
+      # wave in quarters, not halves): the tile-loop GPU tests of both families from its tree, then
+      # memcheck and racecheck on the grouped split-tail cases (K 2048: now four pieces a tile)
+      in_tree ts8 timeout 300 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py -q \
+        -p no:cacheprovider -k "tile_loop or tail_in_quarters or (prefill_blocks and (auto or wgmma))" > "$D/ts8_pytest.log" 2>&1
+      st ts8_pytest $?; tail -3 "$D/ts8_pytest.log"
+      for tool in memcheck racecheck; do
+        in_tree ts8 timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 \
+          python3 scripts/gpu_sanitize_case.py "grouped:split tail" > "$D/ts8_$tool.log" 2>&1
+        st "ts8_$tool" $?; tail -2 "$D/ts8_$tool.log"
+      done ;;
+    abts8)  # ts8 against main, ncu ABBA at boost then base clock: the down points whose last wave it
+      # cuts finer (indexed EP8 T=64/128 uniform: 672 tiles, 12 left; skewed T=2048: 12 left) and
+      # the grouped mid-batch/prefill down
+      if grep -Eq "^ts8_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abts8_skipped 1
+      else
+        for clock in none base; do
+          AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_ts8_indexed_$clock" indexed \
+            "--scenarios ep8 --tokens 64,128,2048 --dists uniform,skew --projections down" base=. ts8=.ab/ts8
+          st "abts8_indexed_$clock" $?
+          AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_ts8_grouped_$clock" grouped \
+            "--scenarios ep8,ep16,ep32 --tokens 128,512 --dists uniform --projections down" base=. ts8=.ab/ts8
+          st "abts8_grouped_$clock" $?
+        done
+      fi ;;
     gv42h200)  # gv42 (landed 0f83030 from an H100 A/B) on the H200: main against its parent 01ac629
       # (.ab/01ac629), ncu ABBA at base clock, the prefill down of both forms where the grid moved
       for clock in base; do
@@ -315,7 +343,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install v57chk abv57 gv43chk abgv43 gv42h200 whole v56chk abv56 v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install v57chk abv57 gv43chk abgv43 ts8chk abts8 gv42h200 whole v56chk abv56 v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
