@@ -46,35 +46,35 @@ st() { echo "$1 rc=$2 t=$((SECONDS - t0))" | tee -a "$D/status"; }
 # A candidate tree's own tests and sanitizer cases, from inside the tree (ab_tree.sh copies tests/
 # and scripts/ into it), on its own chord_kernels and csrc/: in_tree LABEL COMMAND...
 in_tree() { local t=$1; shift; (cd ".ab/$t" && PYTHONPATH="$PWD/packages/chord-runtime" CHORD_CSRC_DIR="$PWD/csrc" "$@"); }
-# An indexed candidate tree's checks: its indexed GPU tests on the families that reach the short-K
-# tile loop (auto, and wgmma forced at every block), then memcheck and racecheck on the wgmma
-# sanitizer cases (K 192-640: every short-K one runs the deferred tile loop): indexed_tree_checks LABEL
-indexed_tree_checks() {
-  local t=$1 tool
-  in_tree "$t" timeout 240 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py -q -p no:cacheprovider \
-    -k "auto or wgmma" > "$D/${t}_pytest.log" 2>&1
-  st "${t}_pytest" $?; tail -3 "$D/${t}_pytest.log"
-  for tool in memcheck racecheck; do
-    in_tree "$t" timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
-      wgmma > "$D/${t}_$tool.log" 2>&1
-    st "${t}_$tool" $?; tail -2 "$D/${t}_$tool.log"
-  done
-}
-# A stream-K candidate tree's checks: the stream-K GPU tests of both families (the Kimi shapes,
-# the split tiles and locks, the wide and one-wave decode, then EXTRA_K), then memcheck and
-# racecheck on its long-run case (mma_sk_long, or SANITIZER_CASE; in the candidate's own script):
-# streamk_tree_checks LABEL [EXTRA_K] [SANITIZER_CASE]
-streamk_tree_checks() {
-  local t=$1 extra=${2:-} case=${3:-mma_sk_long} tool
-  in_tree "$t" timeout 360 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py -q \
-    -p no:cacheprovider -k "(kimi_shapes_random and (auto or mma_sk)) or streamk or stream_k or wide_decode or one_wave$extra" \
+# A candidate tree's checks from inside the tree: its GPU tests (FILES, "-k FILTER" unless empty),
+# then memcheck and racecheck on its sanitizer cases (the tree's own script; SANITIZER_ARGS as
+# gpu_sanitize_case.py takes them): tree_checks LABEL "FILES" "FILTER" SANITIZER_ARG...
+tree_checks() {
+  local t=$1 files=$2 filter=$3 tool
+  shift 3
+  # shellcheck disable=SC2086  # FILES is a list of paths
+  in_tree "$t" timeout 360 python3 -m pytest -m gpu $files -q -p no:cacheprovider ${filter:+-k "$filter"} \
     > "$D/${t}_pytest.log" 2>&1
   st "${t}_pytest" $?; tail -3 "$D/${t}_pytest.log"
   for tool in memcheck racecheck; do
-    in_tree "$t" timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
-      python3 scripts/gpu_sanitize_case.py $case > "$D/${t}_$tool.log" 2>&1  # (unquoted: one or more cases)
+    in_tree "$t" timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
+      "$@" > "$D/${t}_$tool.log" 2>&1
     st "${t}_$tool" $?; tail -2 "$D/${t}_$tool.log"
   done
+}
+# An indexed candidate tree's checks: its indexed GPU tests on the families that reach the short-K
+# tile loop (auto, and wgmma forced at every block), then the wgmma sanitizer cases (K 192-640:
+# every short-K one runs the deferred tile loop): indexed_tree_checks LABEL
+indexed_tree_checks() { tree_checks "$1" tests/gpu/test_indexed_gpu.py "auto or wgmma" wgmma; }
+# A stream-K candidate tree's checks: the stream-K GPU tests of both families (the Kimi shapes,
+# the split tiles and locks, the wide and one-wave decode, then EXTRA_K), then its long-run
+# sanitizer cases (mma_sk_long, or the CASES given): streamk_tree_checks LABEL [EXTRA_K] [CASE...]
+streamk_tree_checks() {
+  local t=$1 extra=${2:-}
+  shift $(($# < 2 ? $# : 2))
+  tree_checks "$t" "tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py" \
+    "(kimi_shapes_random and (auto or mma_sk)) or streamk or stream_k or wide_decode or one_wave$extra" \
+    "${@:-mma_sk_long}"
 }
 # The per-CTA trace of grouped EP8 T=20 gate_up (offsets form), both routings, on the tree
 # .ab/LABEL (cta_trace.sh runs from the checkout's root: the tree by absolute paths, as ncu_ab.sh
@@ -130,14 +130,8 @@ for step in "$@"; do
       done
       st install $? ;;
     gv40chk)  # gv40's GPU test and the grouped decode tests on its tree; memcheck and racecheck on its case
-      in_tree gv40 timeout 300 python3 -m pytest -m gpu tests/gpu/test_grouped_gpu.py -q -p no:cacheprovider \
-        -k "shallow or wide_decode or one_wave or streamk_decode" > "$D/gv40_pytest.log" 2>&1
-      st gv40_pytest $?; tail -3 "$D/gv40_pytest.log"
-      for tool in memcheck racecheck; do
-        in_tree gv40 timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 \
-          python3 scripts/gpu_sanitize_case.py "grouped:2-stage" > "$D/gv40_$tool.log" 2>&1
-        st "gv40_$tool" $?; tail -2 "$D/gv40_$tool.log"
-      done ;;
+      tree_checks gv40 tests/gpu/test_grouped_gpu.py "shallow or wide_decode or one_wave or streamk_decode" \
+        "grouped:2-stage" ;;
     abgv40)  # gv40 against main, offsets form, the decode points it changes and EP32 T=8 (unchanged: noise)
       for clock in base none; do
         AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_gv40_$clock" grouped \
@@ -147,14 +141,8 @@ for step in "$@"; do
     gv42chk)  # gv42 changes every 2-warpgroup grouped tile loop: the grouped GPU tests from its tree
       # (all of them: the tile loops run wherever the dispatch picks them), then memcheck and
       # racecheck on the tile-loop cases (the handoff between consumers and store warps)
-      in_tree gv42 timeout 360 python3 -m pytest -m gpu tests/gpu/test_grouped_gpu.py -q -p no:cacheprovider \
-        > "$D/gv42_pytest.log" 2>&1
-      st gv42_pytest $?; tail -3 "$D/gv42_pytest.log"
-      for tool in memcheck racecheck; do
-        in_tree gv42 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
-          "grouped:tile loop" "grouped:split tail" "grouped:tall" "grouped:pair" > "$D/gv42_$tool.log" 2>&1
-        st "gv42_$tool" $?; tail -2 "$D/gv42_$tool.log"
-      done ;;
+      tree_checks gv42 tests/gpu/test_grouped_gpu.py "" "grouped:tile loop" "grouped:split tail" "grouped:tall" \
+        "grouped:pair" ;;
     abgv42)  # gv42 against main at both clocks, prefill points of both forms and projections (the tall
       # tile, 256 x 96, and 256 x 128 on 5 stages: EP8 T=2048, EP32 T=512 down); not after a failed
       # gv42chk in the same session (a wrong kernel is not timed: it crashed the first A/B)
@@ -261,33 +249,21 @@ for step in "$@"; do
       # over deep K only; every other kernel is main's instruction for instruction): the stream-K
       # checks with its own GPU test (claimed tiles bit for bit against whole-K tiles, both rings,
       # graph replays), then memcheck and racecheck on its cases (3- and 2-stage rings)
-      streamk_tree_checks v57 " or no_host_sync or graph or claimed" "mma_claims mma_claims2" ;;
+      streamk_tree_checks v57 " or no_host_sync or graph or claimed" mma_claims mma_claims2 ;;
     abv57)  # v57 against main: the indexed decode points (the grouped kernels are main's), both clocks
       decode_ab v57 - 8,20,32,128 ;;
     gv43chk)  # gv43 (the offsets form's 8 x 128 decode tile on the 2-stage ring at 4 CTAs an SM where
       # 2+ expected tiles a resident CTA, in place of the 3-stage ring and of the wide tile): the
       # grouped decode GPU tests from its tree, memcheck and racecheck on its two cases
-      in_tree gv43 timeout 300 python3 -m pytest -m gpu tests/gpu/test_grouped_gpu.py -q -p no:cacheprovider \
-        -k "shallow or wide_decode or one_wave or streamk_decode" > "$D/gv43_pytest.log" 2>&1
-      st gv43_pytest $?; tail -3 "$D/gv43_pytest.log"
-      for tool in memcheck racecheck; do
-        in_tree gv43 timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 \
-          python3 scripts/gpu_sanitize_case.py "grouped:2-stage decode ring" > "$D/gv43_$tool.log" 2>&1
-        st "gv43_$tool" $?; tail -2 "$D/gv43_$tool.log"
-      done ;;
+      tree_checks gv43 tests/gpu/test_grouped_gpu.py "shallow or wide_decode or one_wave or streamk_decode" \
+        "grouped:2-stage decode ring" ;;
     abgv43)  # gv43 against main: the grouped decode points (offsets form), both projections, both clocks
       decode_ab gv43 8,20,32 - ;;
     ts8chk)  # ts8 (the tile loop's split tail in pieces of 8+ stages, was 16: over K=2048 a short last
       # wave in quarters, not halves): the tile-loop GPU tests of both families from its tree, then
       # memcheck and racecheck on the grouped split-tail cases (K 2048: now four pieces a tile)
-      in_tree ts8 timeout 300 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py -q \
-        -p no:cacheprovider -k "tile_loop or tail_in_quarters or (prefill_blocks and (auto or wgmma))" > "$D/ts8_pytest.log" 2>&1
-      st ts8_pytest $?; tail -3 "$D/ts8_pytest.log"
-      for tool in memcheck racecheck; do
-        in_tree ts8 timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 \
-          python3 scripts/gpu_sanitize_case.py "grouped:split tail" > "$D/ts8_$tool.log" 2>&1
-        st "ts8_$tool" $?; tail -2 "$D/ts8_$tool.log"
-      done ;;
+      tree_checks ts8 "tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py" \
+        "tile_loop or (prefill_blocks and (auto or wgmma))" "grouped:split tail" ;;
     abts8)  # ts8 against main, ncu ABBA at boost then base clock: the down points whose last wave it
       # cuts finer (indexed EP8 T=64/128 uniform: 672 tiles, 12 left; skewed T=2048: 12 left) and
       # the grouped mid-batch/prefill down
