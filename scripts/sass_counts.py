@@ -157,9 +157,9 @@ def main(argv=None) -> int:
                            key=lambda spec: spec.symbol)
     if not launches:
         parser.error("no kernels: give dispatch expressions or --reachable")
+    if args.dump is not None:
+        args.dump.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(2) as pool:
-        if args.dump is not None:
-            args.dump.mkdir(parents=True, exist_ok=True)
         for text in pool.map(lambda e: analyse(e, Path(tmp), args.ops, args.dump), launches):
             print(text, flush=True)
     return 0

@@ -45,6 +45,6 @@ def test_normalized_listing_drops_addresses_and_branch_targets():
     norm = sass_counts.normalized(lines)
     assert norm[0] == "MOV R1, c[0x0][0x28]"  # operands kept, address and ';' gone
     assert norm[7] == "@P1 BRA TARGET" and norm[9] == "@P2 BRA TARGET"
-    # the same code one instruction later reads the same, but for the inserted line
+    # the same code at other addresses reads the same
     shifted = [line.replace("/*00", "/*01") for line in lines]
     assert sass_counts.normalized(shifted) == norm

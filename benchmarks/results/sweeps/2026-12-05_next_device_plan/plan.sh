@@ -280,12 +280,10 @@ for step in "$@"; do
       fi ;;
     gv42h200)  # gv42 (landed 0f83030 from an H100 A/B) on the H200: main against its parent 01ac629
       # (.ab/01ac629), ncu ABBA at base clock, the prefill down of both forms where the grid moved
-      for clock in base; do
-        AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=200 bash benchmarks/ncu_ab.sh "$D/ab_gv42h200_$clock" grouped \
-          "--paths grouped_masked,grouped_contiguous --scenarios ep16,ep32 --tokens 2048,8192 --dists uniform --projections down" \
-          base=.ab/01ac629 gv42=.
-        st "gv42h200_$clock" $?
-      done ;;
+      AB_CLOCK=base AB_INSTALL=0 AB_TIMEOUT=200 bash benchmarks/ncu_ab.sh "$D/ab_gv42h200_base" grouped \
+        "--paths grouped_masked,grouped_contiguous --scenarios ep16,ep32 --tokens 2048,8192 --dists uniform --projections down" \
+        base=.ab/01ac629 gv42=.
+      st gv42h200_base $? ;;
     whole)  # whole-K decode tiles on the hardware's schedule (indexed-kernels.md v55) against main's
       # stream-K, the indexed decode points, both clocks: where do whole tiles win (waves)?
       # (mma2: the 2-stage ring at 4 CTAs an SM, main's EP8 decode occupancy; mma3: 3 an SM; mma4: 2)
