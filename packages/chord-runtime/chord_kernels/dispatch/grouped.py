@@ -259,6 +259,53 @@ def widen_decode(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_AR
     return wide if tiles >= WIDE_DECODE_TILES_PER_CTA * ctas or MMA_WHOLE_FILL * ctas <= tiles <= ctas else launch
 
 
+# The 8 x 128 decode tile (NT 2, TT 1, STAGE_K 256) on a 2-stage ring at 4 CTAs an SM, the
+# grouped form of indexed v47 (indexed.MANY_TILES_RING), where the call expects at least
+# SHALLOW_DECODE_TILES_PER_CTA tiles a resident CTA from SHALLOW_DECODE_MIN_ROWS rows an expert,
+# in place of the 3-stage ring and of the wide decode tile (grouped-kernels.md v43). Each CTA
+# streams whole tiles, and a fourth CTA hides a tile's latency chain better than a third stage.
+# The evidence: the H200 grids at 18e989a ran the same EP8 routing through both families in one
+# session; the indexed 8 x 128 tile on this ring beat the grouped wide tile at T=20 by 2.7 / 3.1 %
+# (gate_up / down, uniform) and 8.1 / 6.3 % (skewed, where the grouped point reads 0.95x), and
+# the grouped 3-stage ring at T=8 by 2-3 %; at T=32 the two were level. gv40 (this ring at 1.25+
+# tiles a CTA, H100 ncu ABBA) won 1-3 % at EP8 and EP16 T=8 but swung -6 / +8 % by routing at
+# EP16 T=20 gate_up (1.45 tiles a CTA), which 2 excludes. At 1 expected row the mean cannot tell
+# 5 routes on 4 experts from 48 busy experts (T=1: -13 to +11 %), so those keep theirs. BLOCK_K-64
+# weights on the offsets form only: the BLOCK_K-128 kernel (the masked form's weights) spills 8
+# bytes at 4 CTAs an SM (ptxas, 128 registers), and the DeepGEMM form was not measured.
+SHALLOW_DECODE_TILES_PER_CTA = 2.0
+SHALLOW_DECODE_MIN_ROWS = 2
+SHALLOW_DECODE_RING = {"NT": 2, "TT": 1, "STAGE_K": 256, "STAGES": 3}  # the tile it replaces
+SHALLOW_DECODE_ROUTINGS = ("contiguous_offsets",)
+
+
+def grouped_shallow_decode(routing: str, block_k: int, arch: str = DEFAULT_ARCH) -> Launch | None:
+    """The 8 x 128 decode tile on its 2-stage ring (4 CTAs an SM), where ``routing`` and
+    ``block_k`` may take it."""
+    if routing not in SHALLOW_DECODE_ROUTINGS or block_k != 64:
+        return None
+    return grouped_mma_streamk(routing, 2, 1, 256, block_k, 2, arch)
+
+
+def replaces_decode_ring(launch: Launch) -> bool:
+    """``launch`` is the 3-stage decode tile that grouped_shallow_decode may replace."""
+    cfg = launch.spec.config
+    return launch.spec.family == "grouped_mma_sk" and all(cfg.get(key) == v for key, v in SHALLOW_DECODE_RING.items())
+
+
+def shallow_decode(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH, sms: int = H200_SMS) -> Launch:
+    """``launch``, or the 2-stage ring of its 8 x 128 decode tile (grouped_shallow_decode) where
+    the call's expected tiles of it fill SHALLOW_DECODE_TILES_PER_CTA per resident CTA."""
+    if not replaces_decode_ring(launch):
+        return launch
+    shallow = grouped_shallow_decode(problem.routing, problem.block_k, arch)
+    if shallow is None or problem.rows_per_expert < SHALLOW_DECODE_MIN_ROWS:
+        return launch
+    tiles = mean_row_tiles(problem.rows_per_expert, problem.num_experts, shallow.rows_per_cta) * \
+        -(-problem.n // shallow.cols_per_cta)
+    return shallow if tiles >= SHALLOW_DECODE_TILES_PER_CTA * resident_ctas(shallow, sms) else launch
+
+
 # The K split of the one-CTA 4-warpgroup tile over a cluster (grouped-kernels.md v10): since the
 # 4-warpgroup tile runs on the tile loop, whose split tail covers a short last wave, only
 # CHORD_GROUPED_SPLIT_K picks it (the loop measured 4-12 % faster than the auto split at EP16
@@ -410,10 +457,14 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
     elif problem.routing in TALL_TILE_ROUTINGS:
         launch = pair_with_tall_tile(problem, launch, candidates, sms)
     why = "wave model, cost against the first: " + "; ".join(weighed)
-    wide = widen_decode(problem, launch, arch, sms)
+    wide = shallow_decode(problem, launch, arch, sms)  # (the decode ring first: where it fills, it wins)
     if wide is not launch:
-        why += (f"; the wide decode tile ({WIDE_DECODE_TILES_PER_CTA}+ expected tiles a resident CTA, "
-                f"or {MMA_WHOLE_FILL}-1: one wave of whole tiles)")
+        why += f"; the 2-stage decode ring ({SHALLOW_DECODE_TILES_PER_CTA}+ expected tiles a resident CTA at 4 an SM)"
+    else:
+        wide = widen_decode(problem, launch, arch, sms)
+        if wide is not launch:
+            why += (f"; the wide decode tile ({WIDE_DECODE_TILES_PER_CTA}+ expected tiles a resident CTA, "
+                    f"or {MMA_WHOLE_FILL}-1: one wave of whole tiles)")
     if wide.pick:
         why += f"; paired with {wide.pick[0].spec.describe()} (the device picks)"
     report_choice(problem, wide.spec, why)
@@ -457,7 +508,9 @@ def grouped_launch_variants(routing: str, n: int, k: int, rows: int, block_k: in
     launch = grouped_launch(routing, n, k, rows, block_k, arch)
     splits = split_k_choices(k, block_k)[1:] if splits_k(launch) else ()
     wide = grouped_wide_decode(routing, n, k, block_k, arch) if rows == 8 else None
-    return [launch] + [grouped_launch(routing, n, k, rows, block_k, arch, s) for s in splits] + ([wide] if wide else [])
+    shallow = grouped_shallow_decode(routing, block_k, arch) if replaces_decode_ring(launch) else None
+    return [launch] + [grouped_launch(routing, n, k, rows, block_k, arch, s) for s in splits] + \
+        [d for d in (wide, shallow) if d is not None]
 
 
 def grouped_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
