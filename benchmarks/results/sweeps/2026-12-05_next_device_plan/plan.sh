@@ -19,20 +19,18 @@
 # gv40chk abgv40 (rejected), v47boost. Done in the seventh (an H100): iv53chk abiv53 (not landed),
 # dectrace, idxgrid (H100), v54chk v54trace abv54 (v54, .ab/v54 from ../2026-12-05_v54_chunked_tail/v54.diff:
 # rejected). Done in the eighth (an H200): grpgrid and idxgrid at 18e989a (docs/performance.md),
-# v56chk abv56 (v56 rejected as it was), whole (no whole-tile rule on the H200). Left:
-#   bash benchmarks/ab_tree.sh HEAD v57 --patch benchmarks/results/sweeps/2026-12-05_v57_claims_flag/v57.diff
+# v56chk abv56 (v56 rejected as it was), whole (no whole-tile rule on the H200). Done in the ninth
+# (an H100, no H200 came): v57chk abv57 (v57 rejected), ts8chk abts8 (ts8 rejected), gv43chk abgv43
+# (gv43 landed at 357e5ac), grpgrid on the H100 at 357e5ac, gv44chk abgv44 (gv44, prepared that
+# session: wins at boost, loses 5 % at base clock on skewed EP8 T=32; not landed). Left:
+#   bash benchmarks/ab_tree.sh HEAD gv44 --patch benchmarks/results/sweeps/2026-12-05_gv44_masked_ring/gv44.diff
 #   bash benchmarks/ab_tree.sh 01ac629          # main before gv42, for gv42h200
-#   install v57chk abv57 (~7 min, either GPU; the H200 first): v56's claims on the indexed decode
-#           tiles over deep K only, every other kernel main's
-#   bash benchmarks/ab_tree.sh HEAD gv43 --patch benchmarks/results/sweeps/2026-12-05_gv43_decode_ring/gv43.diff
-#   install gv43chk abgv43 (~6 min, the H200 first): the offsets form's decode on the 2-stage 8 x 128
-#           ring where it has 2+ tiles a CTA (grouped-kernels.md v43; the largest grouped decode miss,
-#           skewed EP8 T=20 0.95x, is one of its points)
-#   bash benchmarks/ab_tree.sh HEAD ts8 --patch benchmarks/results/sweeps/2026-12-05_ts8_tail_pieces/ts8.diff
-#   install ts8chk abts8 (~7 min, either GPU): the tile loop's split tail in 8-stage pieces (indexed
-#           v58: EP8 T=64/128 down, the indexed grid's misses at 0.98-0.99x)
+#   install gv44chk abgv44 (~3 min, an H200 first): the masked form's decode on gv43's 2-stage ring
+#           (grouped-kernels.md v44; does the base-clock loss at skewed EP8 T=32 hold on the H200?)
 #   gv42h200 (~4 min, an H200): gv42 against its parent on the prefill down where the H200 grid moved
-#   whole (done on both GPUs; no rule follows from it)
+#   APPLY="" grpgrid (~7 min, an H200): the grouped grid at main (gv43 on the H200; add gv44 to APPLY
+#           if it won), then the marker section into docs/performance.md
+#   v57, ts8 (rejected on the H100, indexed-kernels.md v57, v58) and whole: done
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere; land the winners after the session (git apply, move their design-log entries to
 # measured), and the grids' outputs into docs/performance.md and benchmarks/results/.
@@ -259,6 +257,21 @@ for step in "$@"; do
         "grouped:2-stage decode ring" ;;
     abgv43)  # gv43 against main: the grouped decode points (offsets form), both projections, both clocks
       decode_ab gv43 8,20,32 - ;;
+    gv44chk)  # gv44 (gv43's 2-stage decode ring for the masked form too, its BLOCK_K-128 kernel with 8
+      # bytes in local memory at 4 CTAs an SM): the grouped decode GPU tests from its tree (the
+      # ring's test on both forms), memcheck and racecheck on the ring's cases (both forms)
+      tree_checks gv44 tests/gpu/test_grouped_gpu.py "shallow or one_wave or streamk_decode" \
+        "grouped:2-stage decode ring" ;;
+    abgv44)  # gv44 against main (gv43 landed): the masked form's decode points it moves, EP8/EP16
+      # T=8/20/32, both routings and projections, ncu ABBA at boost then base clock
+      if grep -Eq "^gv44_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abgv44_skipped 1
+      else
+        for clock in none base; do
+          AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_gv44_masked_$clock" grouped \
+            "--paths grouped_masked --scenarios ep8,ep16 --tokens 8,20,32 --dists uniform,skew" base=. gv44=.ab/gv44
+          st "abgv44_masked_$clock" $?
+        done
+      fi ;;
     ts8chk)  # ts8 (the tile loop's split tail in pieces of 8+ stages, was 16: over K=2048 a short last
       # wave in quarters, not halves): the tile-loop GPU tests of both families from its tree, then
       # memcheck and racecheck on the grouped split-tail cases (K 2048: now four pieces a tile)
@@ -317,7 +330,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install v57chk abv57 gv43chk abgv43 ts8chk abts8 gv42h200 whole v56chk abv56 v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install v57chk abv57 gv43chk abgv43 gv44chk abgv44 ts8chk abts8 gv42h200 whole v56chk abv56 v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
