@@ -711,15 +711,15 @@ def test_grouped_wide_decode_tile_where_tiles_fill_the_ctas():
     T=20-32 and EP16 T=20 down; or one wave of whole tiles (3/4 to 1 tile a resident CTA, v32):
     EP32 T=8 down. Not EP16 T=20 gate_up (1.2 tiles a CTA: slower at boost clock, v28b), not EP32
     gate_up (half the CTAs), not below 4 expected rows (EP8/EP16 T=8: a skewed router lost
-    there), not the DeepGEMM form. On the offsets form EP8 and EP16 down take the 2-stage 8 x 128
-    ring instead (v43, test_grouped_shallow_decode_ring_where_tiles_fill_the_ctas)."""
+    there), not the DeepGEMM form. EP8 and EP16 down take the 2-stage 8 x 128 ring instead (the
+    offsets form since v43, the masked form since v44; test_grouped_shallow_decode_ring_where_tiles_fill_the_ctas),
+    which leaves the wide tile its one wave of whole tiles."""
     def pick(routing, experts, rows, n, k=7168):
         return dispatch.select_grouped(GroupedProblem(routing, n, k, experts, rows, 128 if routing == "masked" else 64))
 
     wide = {"NT": 4, "TT": 1, "STAGE_K": 128, "STAGES": 3}
     one_wave = ((12, 5, 7168, 2048), (12, 6, 7168, 2048))
-    wide_points = {"masked": ((48, 4, 4096, 7168), (48, 4, 7168, 2048), (48, 6, 4096, 7168), (24, 7, 7168, 2048))
-                   + one_wave, "contiguous_offsets": one_wave}
+    wide_points = {"masked": one_wave, "contiguous_offsets": one_wave}
     for routing in dispatch.WIDE_DECODE_ROUTINGS:
         for experts, rows, n, k in wide_points[routing]:
             launch = pick(routing, experts, rows, n, k)
@@ -739,32 +739,32 @@ def test_grouped_wide_decode_tile_where_tiles_fill_the_ctas():
 
 
 def test_grouped_shallow_decode_ring_where_tiles_fill_the_ctas():
-    """The offsets form's 8 x 128 decode tile takes a 2-stage ring at 4 CTAs an SM where the call
-    expects SHALLOW_DECODE_TILES_PER_CTA of its tiles a resident CTA from 2 rows an expert, in
-    place of the 3-stage ring and of the wide tile (grouped-kernels.md v43): EP8 T=8/20/32 both
-    projections, EP16 T=8/20 down. Not EP16 gate_up (1.4 tiles a CTA), not at 1 expected row
-    (T=1), not EP32; not the masked form (its kernel spills at 4 CTAs an SM) or the DeepGEMM form."""
+    """The 8 x 128 decode tile of the offsets and masked forms takes a 2-stage ring at 4 CTAs an SM
+    where the call expects SHALLOW_DECODE_TILES_PER_CTA of its tiles a resident CTA from 2 rows an
+    expert, in place of the 3-stage ring and of the wide tile (grouped-kernels.md v43, v44): EP8
+    T=8/20/32 both projections, EP16 T=8/20 down. Not EP16 gate_up (1.4 tiles a CTA), not at 1
+    expected row (T=1), not EP32; not the DeepGEMM form (not measured)."""
     def pick(routing, experts, rows, n, k):
         return dispatch.select_grouped(GroupedProblem(routing, n, k, experts, rows, 128 if routing == "masked" else 64))
 
     shallow = {"NT": 2, "TT": 1, "STAGE_K": 256, "STAGES": 2}
-    for experts, rows, n, k in ((48, 2, 4096, 7168), (48, 2, 7168, 2048), (48, 4, 4096, 7168), (48, 4, 7168, 2048),
-                                (48, 6, 4096, 7168), (48, 6, 7168, 2048), (24, 3, 7168, 2048), (24, 7, 7168, 2048)):
-        launch = pick("contiguous_offsets", experts, rows, n, k)
-        assert {key: launch.spec.config[key] for key in shallow} == shallow, (experts, rows, n)
-        assert launch.spec.min_blocks_per_sm == 4 and (launch.rows_per_cta, launch.cols_per_cta) == (8, 128)
-    for experts, rows, n, k in ((48, 1, 4096, 7168), (48, 1, 7168, 2048), (24, 3, 4096, 7168), (24, 7, 4096, 7168),
-                                (12, 5, 4096, 7168)):
-        launch = pick("contiguous_offsets", experts, rows, n, k)
-        assert (launch.spec.config["NT"], launch.spec.config["STAGES"], launch.spec.min_blocks_per_sm) == (2, 3, 3)
-    assert pick("contiguous_offsets", 12, 5, 7168, 2048).spec.config["NT"] == 4  # the wide tile, one wave whole
-    assert pick("masked", 48, 4, 4096, 7168).spec.config["NT"] == 4  # the masked form keeps the wide tile
-    for routing in ("masked", "contiguous"):
-        assert pick(routing, 48, 2, 4096, 7168).spec.config["STAGES"] == 3, routing
+    for routing in dispatch.SHALLOW_DECODE_FORMS:
+        for experts, rows, n, k in ((48, 2, 4096, 7168), (48, 2, 7168, 2048), (48, 4, 4096, 7168), (48, 4, 7168, 2048),
+                                    (48, 6, 4096, 7168), (48, 6, 7168, 2048), (24, 3, 7168, 2048), (24, 7, 7168, 2048)):
+            launch = pick(routing, experts, rows, n, k)
+            assert {key: launch.spec.config[key] for key in shallow} == shallow, (routing, experts, rows, n)
+            assert launch.spec.min_blocks_per_sm == 4 and (launch.rows_per_cta, launch.cols_per_cta) == (8, 128)
+        for experts, rows, n, k in ((48, 1, 4096, 7168), (48, 1, 7168, 2048), (24, 3, 4096, 7168), (24, 7, 4096, 7168),
+                                    (12, 5, 4096, 7168)):
+            launch = pick(routing, experts, rows, n, k)
+            assert (launch.spec.config["NT"], launch.spec.config["STAGES"], launch.spec.min_blocks_per_sm) == (2, 3, 3)
+        assert pick(routing, 12, 5, 7168, 2048).spec.config["NT"] == 4  # the wide tile, one wave whole
+    assert pick("contiguous", 48, 2, 4096, 7168).spec.config["STAGES"] == 3
     # precompile and CI's compile (and its no-spill test) reach it
     symbols = {launch.spec.symbol for launch in dispatch.grouped_reachable_launches()}
-    assert dispatch.grouped_shallow_decode("contiguous_offsets", 64).spec.symbol in symbols
-    assert dispatch.grouped_shallow_decode("masked", 128) is None
+    for routing, block_k in dispatch.SHALLOW_DECODE_FORMS.items():
+        assert dispatch.grouped_shallow_decode(routing, block_k).spec.symbol in symbols
+    assert dispatch.grouped_shallow_decode("masked", 64) is None
     assert dispatch.grouped_shallow_decode("contiguous_offsets", 128) is None
 
 

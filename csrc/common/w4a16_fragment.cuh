@@ -55,8 +55,12 @@ struct BlockChunk {
 
 template <int BLOCK_K>
 __device__ __forceinline__ BlockChunk block_chunk(int c) {
-  constexpr int kSubsPerBlock = BLOCK_K / 64;
-  return {c / kSubsPerBlock, c % kSubsPerBlock};
+  constexpr unsigned kSubsPerBlock = BLOCK_K / 64;
+  // c >= 0: unsigned division is a shift and a mask, with no sign to carry into the 64-bit index
+  // math (signed, ptxas kept c and the quotient's sign in registers over the k loop: at 4 CTAs
+  // an SM the BLOCK_K-128 decode kernel spilled both; grouped-kernels.md v44).
+  const unsigned u = static_cast<unsigned>(c);
+  return {static_cast<int>(u / kSubsPerBlock), static_cast<int>(u % kSubsPerBlock)};
 }
 
 // Position inside the 16x16 tile of the code held in nibble j of lane's word.

@@ -443,36 +443,13 @@ def test_tile_loop_split_tail(shape, busy, rows, routing_name, tile_family, monk
         assert not locks.any(), "a split tile's lock or the claim counters left non-zero"
 
 
-@pytest.mark.parametrize("routing_name", ["masked"])
-@pytest.mark.parametrize("shape", ["ep8_gate_up", "ep8_down"])
-def test_wide_decode_tile(shape, routing_name, tile_family, monkeypatch):
-    """4 expected rows on 48 experts (EP8 decode) in the masked form take the wide decode tile (256
-    weight rows in 128-column stages, dispatch.widen_decode; grouped-kernels.md v28; the offsets
-    form takes the 2-stage ring there since v43, test_shallow_decode_ring): the reference on uniform and
-    skewed counts (an empty expert, experts over one 8-row tile), the same bits run to run (split
-    tiles summed in a fixed order), rows past the counts never written, graph replays with the
-    counts changed."""
-    from chord_kernels import ops
-
-    if tile_family != "auto":
-        pytest.skip("the wide decode tile is the dispatch's own choice")
-    monkeypatch.setattr(ops, "_grouped_plans", {})
-    bufs = FormBuffers(routing_name, SHAPES[shape], 24, 4, seed=31)
-    graph = bufs.capture()
-    launch = next(iter(ops._grouped_plans.values()))[1]
-    assert (launch.spec.config["NT"], launch.spec.config["STAGE_K"], launch.cols_per_cta) == (4, 128, 256)
-    for seed, skew in ((32, False), (33, True)):
-        counts = counts_for(bufs.e, 4 * bufs.e, skew=skew, seed=seed).clamp_max(bufs.seg)
-        counts[0] = 0  # an empty expert
-        bufs.check_runs(graph, *bufs.set_counts(counts), "the wide tile's split sums")
-
-
+@pytest.mark.parametrize("routing_name", ["contiguous_offsets", "masked"])
 @pytest.mark.parametrize("expected_m", [2, 4])
 @pytest.mark.parametrize("shape", ["ep8_gate_up", "ep8_down"])
-def test_shallow_decode_ring(shape, expected_m, tile_family, monkeypatch):
-    """2 and 4 expected rows on 48 experts (EP8 T=8 and T=20) on the offsets form take the 8 x 128
-    decode tile on its 2-stage ring at 4 CTAs an SM (dispatch.shallow_decode; grouped-kernels.md
-    v40, v43): the reference on uniform and skewed counts (an empty expert, experts over one 8-row
+def test_shallow_decode_ring(shape, expected_m, routing_name, tile_family, monkeypatch):
+    """2 and 4 expected rows on 48 experts (EP8 T=8 and T=20) in the offsets and masked forms take
+    the 8 x 128 decode tile on its 2-stage ring at 4 CTAs an SM (dispatch.shallow_decode;
+    grouped-kernels.md v40, v43, v44; the wide tile keeps its one wave, test_decode_one_wave_of_whole_tiles): the reference on uniform and skewed counts (an empty expert, experts over one 8-row
     tile, few busy experts: long runs split over CTAs), the same bits run to run, rows past the
     counts never written, graph replays with the counts changed, the locks left zero."""
     from chord_kernels import ops
@@ -480,7 +457,7 @@ def test_shallow_decode_ring(shape, expected_m, tile_family, monkeypatch):
     if tile_family != "auto":
         pytest.skip("the 2-stage decode ring is the dispatch's own choice")
     monkeypatch.setattr(ops, "_grouped_plans", {})
-    bufs = FormBuffers("contiguous_offsets", SHAPES[shape], 24, expected_m, seed=51)
+    bufs = FormBuffers(routing_name, SHAPES[shape], 24, expected_m, seed=51)
     graph = bufs.capture()
     launch = next(iter(ops._grouped_plans.values()))[1]
     assert (launch.spec.config["NT"], launch.spec.config["STAGES"], launch.spec.min_blocks_per_sm) == (2, 2, 4)

@@ -21,15 +21,17 @@
 # rejected). Done in the eighth (an H200): grpgrid and idxgrid at 18e989a (docs/performance.md),
 # v56chk abv56 (v56 rejected as it was), whole (no whole-tile rule on the H200). Done in the ninth
 # (an H100, no H200 came): v57chk abv57 (v57 rejected), ts8chk abts8 (ts8 rejected), gv43chk abgv43
-# (gv43 landed at 357e5ac), grpgrid on the H100 at 357e5ac, gv44chk abgv44 (gv44, prepared that
-# session: wins at boost, loses 5 % at base clock on skewed EP8 T=32; not landed). Left:
-#   bash benchmarks/ab_tree.sh HEAD gv44 --patch benchmarks/results/sweeps/2026-12-05_gv44_masked_ring/gv44.diff
+# (gv43 landed at 357e5ac), grpgrid on the H100 at 357e5ac, gv44chk abgv44 and a last A/B of gv44's
+# final form (gv44 landed with block_chunk unsigned; grouped-kernels.md v44). Left:
+#   bash benchmarks/ab_tree.sh 07899e8          # main before gv43/gv44, for abdec
 #   bash benchmarks/ab_tree.sh 01ac629          # main before gv42, for gv42h200
-#   install gv44chk abgv44 (~3 min, an H200 first): the masked form's decode on gv43's 2-stage ring
-#           (grouped-kernels.md v44; does the base-clock loss at skewed EP8 T=32 hold on the H200?)
+#   install grpchk (~4 min, either GPU): every grouped GPU test on main and memcheck/racecheck on the
+#           2-stage ring's cases (gv44's final form ran only its reference checks at 8 points)
+#   abdec (~4 min, an H200): gv43 + gv44 on the H200, main against 07899e8, the grouped decode of
+#           both forms at both clocks
 #   gv42h200 (~4 min, an H200): gv42 against its parent on the prefill down where the H200 grid moved
-#   APPLY="" grpgrid (~7 min, an H200): the grouped grid at main (gv43 on the H200; add gv44 to APPLY
-#           if it won), then the marker section into docs/performance.md
+#   APPLY="" grpgrid (~7 min, an H200): the grouped grid at main, then the marker section into
+#           docs/performance.md
 #   v57, ts8 (rejected on the H100, indexed-kernels.md v57, v58) and whole: done
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere; land the winners after the session (git apply, move their design-log entries to
@@ -257,21 +259,40 @@ for step in "$@"; do
         "grouped:2-stage decode ring" ;;
     abgv43)  # gv43 against main: the grouped decode points (offsets form), both projections, both clocks
       decode_ab gv43 8,20,32 - ;;
-    gv44chk)  # gv44 (gv43's 2-stage decode ring for the masked form too, its BLOCK_K-128 kernel with 8
-      # bytes in local memory at 4 CTAs an SM): the grouped decode GPU tests from its tree (the
-      # ring's test on both forms), memcheck and racecheck on the ring's cases (both forms)
-      tree_checks gv44 tests/gpu/test_grouped_gpu.py "shallow or one_wave or streamk_decode" \
+    gv44chk)  # gv44 (gv43's 2-stage decode ring for the masked form too; block_chunk unsigned, so its
+      # BLOCK_K-128 kernel fits 4 CTAs an SM without a spill): every grouped GPU test from its tree
+      # (the unsigned block_chunk changes every BLOCK_K-128 mma kernel: the masked form's, the
+      # DeepGEMM form's), memcheck and racecheck on the ring's cases (both forms)
+      tree_checks gv44 tests/gpu/test_grouped_gpu.py "" \
         "grouped:2-stage decode ring" ;;
-    abgv44)  # gv44 against main (gv43 landed): the masked form's decode points it moves, EP8/EP16
-      # T=8/20/32, both routings and projections, ncu ABBA at boost then base clock
+    abgv44)  # main, bc (the unsigned block_chunk alone: every BLOCK_K-128 mma kernel) and gv44 (with
+      # the ring for the masked form): the masked decode points, EP8/EP16/EP32 T=8/20/32, both
+      # routings and projections, ncu ABBA at boost then base clock (~3 min)
       if grep -Eq "^gv44_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abgv44_skipped 1
       else
         for clock in none base; do
-          AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_gv44_masked_$clock" grouped \
-            "--paths grouped_masked --scenarios ep8,ep16 --tokens 8,20,32 --dists uniform,skew" base=. gv44=.ab/gv44
+          AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_gv44_masked_$clock" grouped \
+            "--paths grouped_masked --scenarios ep8,ep16,ep32 --tokens 8,20,32 --dists uniform,skew" base=. bc=.ab/bc gv44=.ab/gv44
           st "abgv44_masked_$clock" $?
         done
       fi ;;
+    grpchk)  # main's grouped family on the GPU: every grouped GPU test, then memcheck and racecheck
+      # on the 2-stage decode ring's cases (offsets and masked forms: grouped v43, v44)
+      timeout 400 python3 -m pytest -m gpu tests/gpu/test_grouped_gpu.py -q -p no:cacheprovider > "$D/grpchk_pytest.log" 2>&1
+      st grpchk_pytest $?; tail -3 "$D/grpchk_pytest.log"
+      for tool in memcheck racecheck; do
+        timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
+          "grouped:2-stage decode ring" > "$D/grpchk_$tool.log" 2>&1
+        st "grpchk_$tool" $?; tail -2 "$D/grpchk_$tool.log"
+      done ;;
+    abdec)  # gv43 + gv44 (the 2-stage decode ring in both grouped forms, block_chunk unsigned) on the
+      # H200: main against 07899e8 (.ab/07899e8), ncu ABBA at boost then base clock
+      for clock in none base; do
+        AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_dec_$clock" grouped \
+          "--paths grouped_contiguous,grouped_masked --scenarios ep8,ep16 --tokens 8,20,32 --dists uniform,skew" \
+          base=.ab/07899e8 main=.
+        st "abdec_$clock" $?
+      done ;;
     ts8chk)  # ts8 (the tile loop's split tail in pieces of 8+ stages, was 16: over K=2048 a short last
       # wave in quarters, not halves): the tile-loop GPU tests of both families from its tree, then
       # memcheck and racecheck on the grouped split-tail cases (K 2048: now four pieces a tile)
@@ -330,7 +351,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install v57chk abv57 gv43chk abgv43 gv44chk abgv44 ts8chk abts8 gv42h200 whole v56chk abv56 v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install grpchk abdec v57chk abv57 gv43chk abgv43 gv44chk abgv44 ts8chk abts8 gv42h200 whole v56chk abv56 v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan

@@ -270,19 +270,20 @@ def widen_decode(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_AR
 # the grouped 3-stage ring at T=8 by 2-3 %; at T=32 the two were level. gv40 (this ring at 1.25+
 # tiles a CTA, H100 ncu ABBA) won 1-3 % at EP8 and EP16 T=8 but swung -6 / +8 % by routing at
 # EP16 T=20 gate_up (1.45 tiles a CTA), which 2 excludes. At 1 expected row the mean cannot tell
-# 5 routes on 4 experts from 48 busy experts (T=1: -13 to +11 %), so those keep theirs. BLOCK_K-64
-# weights on the offsets form only: the BLOCK_K-128 kernel (the masked form's weights) spills 8
-# bytes at 4 CTAs an SM (ptxas, 128 registers), and the DeepGEMM form was not measured.
+# 5 routes on 4 experts from 48 busy experts (T=1: -13 to +11 %), so those keep theirs. The offsets
+# form (BLOCK_K-64 weights; H100 ncu ABBA, v43: skewed EP8 T=20 -7 to -10 %) and the masked form
+# (its BLOCK_K-128 weights, v44: 128 registers at 4 CTAs an SM, no spill since block_chunk divides
+# unsigned). The DeepGEMM form was not measured.
 SHALLOW_DECODE_TILES_PER_CTA = 2.0
 SHALLOW_DECODE_MIN_ROWS = 2
 SHALLOW_DECODE_RING = {"NT": 2, "TT": 1, "STAGE_K": 256, "STAGES": 3}  # the tile it replaces
-SHALLOW_DECODE_ROUTINGS = ("contiguous_offsets",)
+SHALLOW_DECODE_FORMS = {"contiguous_offsets": 64, "masked": 128}  # routing: the BLOCK_K of its weights
 
 
 def grouped_shallow_decode(routing: str, block_k: int, arch: str = DEFAULT_ARCH) -> Launch | None:
     """The 8 x 128 decode tile on its 2-stage ring (4 CTAs an SM), where ``routing`` and
     ``block_k`` may take it."""
-    if routing not in SHALLOW_DECODE_ROUTINGS or block_k != 64:
+    if SHALLOW_DECODE_FORMS.get(routing) != block_k:
         return None
     return grouped_mma_streamk(routing, 2, 1, 256, block_k, 2, arch)
 

@@ -116,7 +116,7 @@ STREAMK_EXTRA_REGS = 56
 # (family, NT, TT, STAGE_K, STAGES) -> CTAs an SM; test_jit holds them to no spill (the grouped
 # kernel of the same shape spills 24 bytes at 3). See ONE_TILE_RING, MANY_TILES_RING (127
 # registers a thread at 4, no spill) and grouped SHALLOW_DECODE_RING (BLOCK_K 64: 127 registers
-# at 4, no spill; BLOCK_K 128 spills 8 bytes there, so grouped_shallow_decode never asks for it).
+# at 4, no spill; BLOCK_K 128, the masked form's, 128 and no spill since grouped v44).
 STREAMK_CTAS_PER_SM = {("indexed_mma_sk", 4, 2, 128, 2): 3, ("indexed_mma_sk", 2, 1, 256, 2): 4,
                        ("grouped_mma_sk", 2, 1, 256, 2): 4}
 
