@@ -230,6 +230,9 @@ def grouped_mma_streamk(routing: str, nt: int, tt: int, stage_k: int, block_k: i
 # Below one tile a resident CTA the wide tile also wins where its tiles run whole (the device's
 # one wave of whole tiles, streamk_schedule.cuh kMmaWholeTiles: 3/4 of the CTAs or more): EP32 T=8
 # down, 336 wide tiles on 396 CTAs, -6.3 / -4.9 % at serving clocks (grouped-kernels.md v31, v32).
+# Since v43/v44 the 2-stage ring (shallow_decode, tried first) takes every point of 1.5+ wide tiles
+# a CTA in both forms (that is 2.25+ of its tiles a CTA, past its 2.0) where the weights' BLOCK_K
+# is the form's own: the many-tiles branch here is left to other BLOCK_Ks; the one wave stays.
 WIDE_DECODE_TILES_PER_CTA = 1.5
 MMA_WHOLE_FILL = 6 / 8  # streamk_schedule.cuh kMmaWholeTiles.fill_eighths / 8
 WIDE_DECODE_MIN_ROWS = 4
