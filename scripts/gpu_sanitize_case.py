@@ -137,10 +137,10 @@ grouped_case("grouped wide decode", 4096, 1024, [4] * 45 + [0, 9, 12], 768, 4, 1
 # device's kMmaWholeTiles): 5 expected rows on 20 experts, 19 busy: 304 tiles for the 396 resident
 # CTAs, each run whole by one CTA (no partials, no locks).
 grouped_case("grouped wide decode, one wave whole", 4096, 1024, [5] * 18 + [0, 7], 120, 5, 8, 5)
-# The offsets form's 8 x 128 decode tile on its 2-stage ring at 4 CTAs an SM (dispatch.
-# shallow_decode): 2 expected rows on 48 experts, N 4096 on K 1024 (~1330 tiles of 4 stages for
+# The 8 x 128 decode tile on its 2-stage ring at 4 CTAs an SM, offsets and masked forms (dispatch.
+# shallow_decode; grouped v43, v44): 2 expected rows on 48 experts, N 4096 on K 1024 (~1330 tiles of 4 stages for
 # the 528 resident CTAs: runs split tiles), an empty expert and two of 9-13 rows (two tiles).
 # (768 rows: the masked call reads 48 x 16.) Then 4 expected rows (EP8 T=20), where the ring
-# replaces the wide tile (v43): an expert of 17 rows (three tiles), an empty one.
+# replaces the wide tile: an expert of 17 rows (three tiles), an empty one.
 grouped_case("grouped 2-stage decode ring", 4096, 1024, [2] * 45 + [0, 9, 13], 768, 2, 16, 2)
 grouped_case("grouped 2-stage decode ring, 4 rows", 4096, 1024, [4] * 46 + [0, 17], 768, 4, 16, 4)

@@ -712,16 +712,15 @@ def test_grouped_wide_decode_tile_where_tiles_fill_the_ctas():
     EP32 T=8 down. Not EP16 T=20 gate_up (1.2 tiles a CTA: slower at boost clock, v28b), not EP32
     gate_up (half the CTAs), not below 4 expected rows (EP8/EP16 T=8: a skewed router lost
     there), not the DeepGEMM form. EP8 and EP16 down take the 2-stage 8 x 128 ring instead (the
-    offsets form since v43, the masked form since v44; test_grouped_shallow_decode_ring_where_tiles_fill_the_ctas),
-    which leaves the wide tile its one wave of whole tiles."""
+    offsets form since v43, the masked form since v44;
+    test_grouped_shallow_decode_ring_where_tiles_fill_the_ctas), which leaves the wide tile its
+    one wave of whole tiles."""
     def pick(routing, experts, rows, n, k=7168):
         return dispatch.select_grouped(GroupedProblem(routing, n, k, experts, rows, 128 if routing == "masked" else 64))
 
     wide = {"NT": 4, "TT": 1, "STAGE_K": 128, "STAGES": 3}
-    one_wave = ((12, 5, 7168, 2048), (12, 6, 7168, 2048))
-    wide_points = {"masked": one_wave, "contiguous_offsets": one_wave}
     for routing in dispatch.WIDE_DECODE_ROUTINGS:
-        for experts, rows, n, k in wide_points[routing]:
+        for experts, rows, n, k in ((12, 5, 7168, 2048), (12, 6, 7168, 2048)):  # one wave of whole tiles
             launch = pick(routing, experts, rows, n, k)
             assert {key: launch.spec.config[key] for key in wide} == wide, (routing, experts, rows, n)
             assert (launch.rows_per_cta, launch.cols_per_cta) == (8, 256)

@@ -449,9 +449,11 @@ def test_tile_loop_split_tail(shape, busy, rows, routing_name, tile_family, monk
 def test_shallow_decode_ring(shape, expected_m, routing_name, tile_family, monkeypatch):
     """2 and 4 expected rows on 48 experts (EP8 T=8 and T=20) in the offsets and masked forms take
     the 8 x 128 decode tile on its 2-stage ring at 4 CTAs an SM (dispatch.shallow_decode;
-    grouped-kernels.md v40, v43, v44; the wide tile keeps its one wave, test_decode_one_wave_of_whole_tiles): the reference on uniform and skewed counts (an empty expert, experts over one 8-row
-    tile, few busy experts: long runs split over CTAs), the same bits run to run, rows past the
-    counts never written, graph replays with the counts changed, the locks left zero."""
+    grouped-kernels.md v40, v43, v44; the wide tile keeps its one wave,
+    test_decode_one_wave_of_whole_tiles): the reference on uniform and skewed counts (an empty
+    expert, experts over one 8-row tile, few busy experts: long runs split over CTAs), the same bits
+    run to run, rows past the counts never written, graph replays with the counts changed, the locks
+    left zero."""
     from chord_kernels import ops
 
     if tile_family != "auto":

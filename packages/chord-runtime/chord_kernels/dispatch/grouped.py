@@ -461,18 +461,18 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
     elif problem.routing in TALL_TILE_ROUTINGS:
         launch = pair_with_tall_tile(problem, launch, candidates, sms)
     why = "wave model, cost against the first: " + "; ".join(weighed)
-    wide = shallow_decode(problem, launch, arch, sms)  # (the decode ring first: where it fills, it wins)
-    if wide is not launch:
+    chosen = shallow_decode(problem, launch, arch, sms)  # (the decode ring first: where it fills, it wins)
+    if chosen is not launch:
         why += f"; the 2-stage decode ring ({SHALLOW_DECODE_TILES_PER_CTA}+ expected tiles a resident CTA at 4 an SM)"
     else:
-        wide = widen_decode(problem, launch, arch, sms)
-        if wide is not launch:
+        chosen = widen_decode(problem, launch, arch, sms)
+        if chosen is not launch:
             why += (f"; the wide decode tile ({WIDE_DECODE_TILES_PER_CTA}+ expected tiles a resident CTA, "
                     f"or {MMA_WHOLE_FILL}-1: one wave of whole tiles)")
-    if wide.pick:
-        why += f"; paired with {wide.pick[0].spec.describe()} (the device picks)"
-    report_choice(problem, wide.spec, why)
-    return wide
+    if chosen.pick:
+        why += f"; paired with {chosen.pick[0].spec.describe()} (the device picks)"
+    report_choice(problem, chosen.spec, why)
+    return chosen
 
 
 def row_tile_cost(problem: GroupedProblem, launch: Launch) -> int:
