@@ -129,6 +129,11 @@ grouped_case("grouped 4-warpgroup split tail", 4096, 2048, [24] * 20, 640, 24, 3
 # 24-row tiles (the 512 x 24 tile: 12 expected rows on 24 experts, 1.45 waves): experts of 0, 5,
 # 12, 26 and 30 rows (two tiles; masked clamps to 32).
 grouped_case("grouped 512 x 24", 4096, 1024, [12] * 20 + [30, 0, 5, 26], 768, 12, 32, 12)
+# The 256 x 24 tile loop (dispatch.narrow_mid_batch; grouped v46): 14 expected rows on 12
+# experts, K 4096 (the rule's least), too few 512 x 24 tiles for their loop: ~190 tiles on the 132
+# resident CTAs, the last wave split along K (partials through the workspace); experts of 0, 5,
+# 24 and 30 rows (two tiles; masked clamps to 32).
+grouped_case("grouped 256 x 24 tile loop", 4096, 4096, [14] * 8 + [0, 5, 24, 30], 384, 14, 32, 14)
 # The wide decode tile (dispatch.widen_decode: 256 weight rows in 128-column stages, NT 4) on K
 # 1024: 4 expected rows on 48 experts, ~780 tiles of 8 stages on the 396 resident CTAs (most
 # tiles split over two CTAs), an empty expert and two of 9-12 rows (two tiles).

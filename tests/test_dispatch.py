@@ -166,17 +166,20 @@ def test_mid_batch_24_row_blocks(valid_shape_m, experts, shape, want):
     assert dispatch.wgmma_shape(shape[0], 24)["BN"] == 24
 
 
-@pytest.mark.parametrize("experts,rows,shape,want", [
-    (48, 12, EP8_GATE_UP, 24), (48, 12, EP8_DOWN, 24),  # EP8 T=64: 2.9 / 5.1 waves of 512 x 24 tiles
-    (24, 11, EP8_GATE_UP, 24), (24, 11, EP8_DOWN, 24),  # EP16 T=32: 1.45 / 2.5
-    (12, 14, EP8_GATE_UP, 16), (12, 14, EP8_DOWN, 16)])  # EP32 T=20: 0.73 / 1.27 (lost, grouped v25)
-def test_24_row_tiles_only_where_they_make_waves(experts, rows, shape, want):
+@pytest.mark.parametrize("experts,rows,shape,want,grouped_family", [
+    (48, 12, EP8_GATE_UP, 24, "grouped_wgmma"), (48, 12, EP8_DOWN, 24, "grouped_wgmma"),  # EP8 T=64: 2.9 / 5.1 waves
+    (24, 11, EP8_GATE_UP, 24, "grouped_wgmma"), (24, 11, EP8_DOWN, 24, "grouped_wgmma"),  # EP16 T=32: 1.45 / 2.5
+    # EP32 T=20: 0.73 / 1.27 waves of 512 x 24 tiles (the loop lost, grouped v25): indexed blocks of
+    # 16; gate_up's grouped tiles 24 rows on the 256 x 24 tile loop (grouped v46), down's 16
+    (12, 14, EP8_GATE_UP, 16, "grouped_wgmma"), (12, 14, EP8_DOWN, 16, "grouped_mma_sk")])
+def test_24_row_tiles_only_where_they_make_waves(experts, rows, shape, want, grouped_family):
     from chord_kernels.dispatch import GroupedProblem
 
     assert dispatch.indexed_block_m(experts * rows, experts, *shape) == want
     for routing, block_k in (("contiguous_offsets", 64), ("masked", 128)):
         launch = dispatch.select_grouped(GroupedProblem(routing, *shape, experts, rows, block_k))
-        assert launch.rows_per_cta == want, (routing, launch.spec.symbol)
+        rows_per_tile = 16 if grouped_family == "grouped_mma_sk" else 24
+        assert (launch.spec.family, launch.rows_per_cta) == (grouped_family, rows_per_tile), (routing, launch.spec.symbol)
 
 
 @pytest.mark.parametrize("routes,nt", [(8, 2), (14, 2), (15, 4), (64, 4), (0, 4)])
@@ -765,6 +768,33 @@ def test_grouped_shallow_decode_ring_where_tiles_fill_the_ctas():
         assert dispatch.grouped_shallow_decode(routing, block_k).spec.symbol in symbols
     assert dispatch.grouped_shallow_decode("masked", 64) is None
     assert dispatch.grouped_shallow_decode("contiguous_offsets", 128) is None
+
+
+def test_grouped_narrow_mid_batch_where_512_x_24_tiles_are_too_few_for_the_loop():
+    """11-16 expected rows an expert take 24-row tiles by padding (mid_batch_block_m); where the
+    512 x 24 tile loop makes too few waves (takes_24_row_blocks), the offsets and masked forms on
+    deep K take the 256 x 24 tile loop (2 consumer warpgroups) in place of the 16-row stream-K mma
+    tile (grouped-kernels.md v46): EP32 T=20 gate_up (14 rows on 12 experts). Not down (K 2048:
+    slower), not where the loop's waves suffice (EP16 T=32, EP8 T=64: the 512 x 24 tile), not at
+    9-10 rows (skewed EP32 T=20 masked: 16 rows pad less), not the DeepGEMM form."""
+    def pick(routing, experts, rows, n, k):
+        return dispatch.select_grouped(GroupedProblem(routing, n, k, experts, rows, 128 if routing == "masked" else 64))
+
+    for routing in ("contiguous_offsets", "masked"):
+        for rows in (11, 14, 16):
+            launch = pick(routing, 12, rows, 4096, 7168)
+            cfg = launch.spec.config
+            assert (launch.spec.family, cfg["CWG"], cfg["WM"], cfg["LOOP"]) == ("grouped_wgmma", 2, 2, 1), (routing, rows)
+            assert (launch.rows_per_cta, launch.cols_per_cta) == (24, 256)
+            assert pick(routing, 12, rows, 7168, 2048).spec.family == "grouped_mma_sk", (routing, rows)
+        assert pick(routing, 12, 10, 4096, 7168).spec.family == "grouped_mma_sk"
+        for experts, rows in ((24, 11), (48, 12)):
+            launch = pick(routing, experts, rows, 4096, 7168)
+            assert (launch.spec.family, launch.rows_per_cta, launch.spec.config["CWG"]) == ("grouped_wgmma", 24, 4)
+    assert pick("contiguous", 12, 14, 4096, 7168).rows_per_cta == 16
+    symbols = {launch.spec.symbol for launch in dispatch.grouped_reachable_launches()}
+    for routing, block_k in (("contiguous_offsets", 64), ("masked", 128)):
+        assert dispatch.grouped_narrow_mid_batch(routing, 4096, block_k).spec.symbol in symbols
 
 
 def test_wide_decode_whole_fill_mirrors_the_device_rule():

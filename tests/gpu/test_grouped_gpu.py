@@ -52,7 +52,7 @@ def check(got, want):
 
 SHAPES = {"ep8_gate_up": (48, 4096, 7168), "ep8_down": (48, 7168, 2048), "ep32_down": (12, 7168, 2048),
           "small": (5, 80, 384)}
-EP32_GATE_UP = (12, 4096, 7168)  # the split tail's test only (SHAPES' tests run every shape)
+EP32_GATE_UP = (12, 4096, 7168)  # the split tail's and the 256 x 24 tile's tests only (SHAPES' tests run every shape)
 
 
 def counts_for(e, total, skew, seed):
@@ -468,6 +468,30 @@ def test_shallow_decode_ring(shape, expected_m, routing_name, tile_family, monke
         counts = counts_for(bufs.e, total, skew=skew, seed=seed).clamp_max(bufs.seg)
         counts[0] = 0  # an empty expert
         bufs.check_runs(graph, *bufs.set_counts(counts), "the 2-stage ring's split sums")
+        assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), "a launch left a lock non-zero"
+
+
+@pytest.mark.parametrize("routing_name", ["contiguous_offsets", "masked"])
+def test_narrow_mid_batch_24_row_tile(routing_name, tile_family, monkeypatch):
+    """14 expected rows on 12 experts (EP32 T=20 gate_up) in the offsets and masked forms take the
+    256 x 24 tile loop (dispatch.narrow_mid_batch; grouped-kernels.md v46): the reference on
+    uniform and skewed counts (an empty expert, experts over one 24-row tile, few busy experts:
+    fewer tiles than CTAs, split along K), the same bits run to run, rows past the counts never
+    written, graph replays with the counts changed, the locks left zero."""
+    from chord_kernels import ops
+
+    if tile_family != "auto":
+        pytest.skip("the 256 x 24 tile loop is the dispatch's own choice")
+    monkeypatch.setattr(ops, "_grouped_plans", {})
+    bufs = FormBuffers(routing_name, EP32_GATE_UP, 32, 14, seed=61)
+    graph = bufs.capture()
+    launch = next(iter(ops._grouped_plans.values()))[1]
+    cfg = launch.spec.config
+    assert (launch.spec.family, cfg["CWG"], launch.rows_per_cta, launch.cols_per_cta) == ("grouped_wgmma", 2, 24, 256)
+    for seed, total, skew in ((62, 14 * bufs.e, False), (63, 14 * bufs.e, True), (64, 5 * bufs.e, True), (65, 9, False)):
+        counts = counts_for(bufs.e, total, skew=skew, seed=seed).clamp_max(bufs.seg)
+        counts[0] = 0  # an empty expert
+        bufs.check_runs(graph, *bufs.set_counts(counts), "the 256 x 24 tiles' split sums")
         assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), "a launch left a lock non-zero"
 
 

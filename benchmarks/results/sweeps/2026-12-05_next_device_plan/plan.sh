@@ -22,16 +22,18 @@
 # v56chk abv56 (v56 rejected as it was), whole (no whole-tile rule on the H200). Done in the ninth
 # (an H100, no H200 came): v57chk abv57 (v57 rejected), ts8chk abts8 (ts8 rejected), gv43chk abgv43
 # (gv43 landed at 357e5ac), grpgrid on the H100 at 357e5ac, gv44chk abgv44 and a last A/B of gv44's
-# final form (gv44 landed with block_chunk unsigned; grouped-kernels.md v44). Left:
+# final form (gv44 landed with block_chunk unsigned; grouped-kernels.md v44). Done in the tenth (an
+# H100, then an H200 for the last three calls): grpchk (clean), grpgrid and idxgrid on the H100 at
+# 91ebece (docs/performance.md), gv45chk abgv45 (gv45 rejected), gv46chk abgv46 (gv46 landed for
+# K >= 4096, grouped v46), v46chk and the landed v46's ncu ABBA on the H200 (by hand: ncu_ab.sh
+# base=.ab/a713b35 v46=.). Left, in this order, on an H200:
 #   bash benchmarks/ab_tree.sh 07899e8          # main before gv43/gv44, for abdec
 #   bash benchmarks/ab_tree.sh 01ac629          # main before gv42, for gv42h200
-#   install grpchk (~4 min, either GPU): every grouped GPU test on main and memcheck/racecheck on the
-#           2-stage ring's cases (gv44's final form ran only its reference checks at 8 points)
-#   abdec (~4 min, an H200): gv43 + gv44 on the H200, main against 07899e8, the grouped decode of
-#           both forms at both clocks
-#   gv42h200 (~4 min, an H200): gv42 against its parent on the prefill down where the H200 grid moved
-#   APPLY="" grpgrid (~7 min, an H200): the grouped grid at main, then the marker section into
-#           docs/performance.md
+#   APPLY="" grpgrid (~5 min): the grouped grid at main (v43, v44, v46 in; the H200 section is at
+#           18e989a), then the marker section into docs/performance.md; idxgrid (~2 min) likewise
+#   abdec (~4 min): gv43 + gv44 on the H200, main against 07899e8, the grouped decode of both
+#           forms at both clocks (the grid shows the sums; this shows the kernels)
+#   gv42h200 (~4 min): gv42 against its parent on the prefill down where the H200 grid moved
 #   v57, ts8 (rejected on the H100, indexed-kernels.md v57, v58) and whole: done
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere; land the winners after the session (git apply, move their design-log entries to
@@ -276,6 +278,44 @@ for step in "$@"; do
           st "abgv44_masked_$clock" $?
         done
       fi ;;
+    gv45chk)  # gv45 (the 256 x 24 wgmma tile on the stream-K schedule where 11-16 expected rows take
+      # 24-row tiles but the 512 x 24 tile loop makes too few waves: EP32 T=20): every grouped GPU
+      # test from its tree (its own test on both forms and EP32 projections), memcheck and
+      # racecheck on its case
+      tree_checks gv45 tests/gpu/test_grouped_gpu.py "" "grouped:256 x 24 tile loop" ;;
+    abgv45)  # gv45 against main: EP32 T=20 (uniform changes; skewed, 10 rows, is the noise) and
+      # T=32, both forms and projections, ncu ABBA at boost then base clock (~3 min)
+      if grep -Eq "^gv45_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abgv45_skipped 1
+      else
+        for clock in none base; do
+          AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_gv45_$clock" grouped \
+            "--paths grouped_contiguous,grouped_masked --scenarios ep32 --tokens 20,32 --dists uniform,skew" base=. gv45=.ab/gv45
+          st "abgv45_$clock" $?
+        done
+      fi ;;
+    v46chk)  # grouped v46 as landed (the 256 x 24 tile loop from K 4096 only: EP32 T=20 gate_up), on
+      # the working tree: its GPU test (both forms) and the wgmma-forced run of it, memcheck and
+      # racecheck on its case (K 4096)
+      timeout 300 python3 -m pytest -m gpu tests/gpu/test_grouped_gpu.py -q -p no:cacheprovider \
+        -k "narrow_mid_batch or 24_row or split_tail" > "$D/v46chk_pytest.log" 2>&1
+      st v46chk_pytest $?; tail -3 "$D/v46chk_pytest.log"
+      for tool in memcheck racecheck; do
+        timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
+          "grouped:256 x 24 tile loop" > "$D/v46chk_$tool.log" 2>&1
+        st "v46chk_$tool" $?; tail -2 "$D/v46chk_$tool.log"
+      done ;;
+    gv46chk)  # gv46 (gv45's 24-row tiles on the 256 x 24 tile loop, 2 consumer warpgroups, in place of
+      # the stream-K schedule): every grouped GPU test from its tree, memcheck and racecheck on its case
+      tree_checks gv46 tests/gpu/test_grouped_gpu.py "" "grouped:256 x 24 tile loop" ;;
+    abgv46)  # gv46 against main and gv45: EP32 T=20 and T=32, both forms and projections, both clocks
+      if grep -Eq "^gv46_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abgv46_skipped 1
+      else
+        for clock in none base; do
+          AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_gv46_$clock" grouped \
+            "--paths grouped_contiguous,grouped_masked --scenarios ep32 --tokens 20 --dists uniform,skew" base=. gv45=.ab/gv45 gv46=.ab/gv46
+          st "abgv46_$clock" $?
+        done
+      fi ;;
     grpchk)  # main's grouped family on the GPU: every grouped GPU test, then memcheck and racecheck
       # on the 2-stage decode ring's cases (offsets and masked forms: grouped v43, v44)
       timeout 400 python3 -m pytest -m gpu tests/gpu/test_grouped_gpu.py -q -p no:cacheprovider > "$D/grpchk_pytest.log" 2>&1
@@ -351,7 +391,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install grpchk abdec v57chk abv57 gv43chk abgv43 gv44chk abgv44 ts8chk abts8 gv42h200 whole v56chk abv56 v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install v46chk gv46chk abgv46 gv45chk abgv45 grpchk abdec v57chk abv57 gv43chk abgv43 gv44chk abgv44 ts8chk abts8 gv42h200 whole v56chk abv56 v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan

@@ -17,7 +17,9 @@ from .blocks import (
     PREFILL_TOLERANCE,
     TILE_FIXED_ROWS,
     block_for_rows,
+    mid_batch_block_m,
     mid_batch_rows,
+    takes_24_row_blocks,
 )
 from .launch import (
     H200_SMS,
@@ -310,6 +312,48 @@ def shallow_decode(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_
     return shallow if tiles >= SHALLOW_DECODE_TILES_PER_CTA * resident_ctas(shallow, sms) else launch
 
 
+# Mid batch on few experts and deep K (grouped-kernels.md v45, v46): where an expert's expected rows
+# take 24-row tiles by padding (mid_batch_block_m: 11-16 rows) but the 512 x 24 tile loop leaves
+# SMs idle (takes_24_row_blocks: under MID_BATCH_24_MIN_WAVES; v25 measured it +4 to +14 % at
+# EP32 T=20), the 16-row stream-K mma tile reads a second tile of every expert past 16 rows
+# (Poisson(14): ~27 % of them), each over the whole K. The 256 x 24 tile on the tile loop (2
+# consumer warpgroups: twice the 512 x 24 tile's tiles, 1.45 a CTA at EP32 T=20 gate_up) holds
+# them in one tile. Humming's EP32 T=20 kernel is the same 256 x 24 tile (whole tiles, 2 CTAs an
+# SM). H100 ncu ABBA, EP32 T=20 gate_up (K 7168), boost / base clock: offsets form -12.9 / -6.0 %,
+# skewed -5.1 / -11.4 %, masked -12.7 / -1.6 %. Down (K 2048, 2.5 tiles a CTA of 32 stages) lost
+# +4.9 to +10.8 %, so the rule starts between 32 and 112 stages of K. On the stream-K schedule
+# instead (v45) the same tile lost on down (+13 %) and on the masked form's BLOCK_K-128 weights
+# (+33 to +69 %).
+NARROW_MID_BATCH_ROWS = 24
+NARROW_MID_BATCH_MIN_K = 4096
+
+
+def grouped_narrow_mid_batch(routing: str, n: int, block_k: int, arch: str = DEFAULT_ARCH) -> Launch:
+    """The 256 x 24 wgmma tile on the tile loop (2 consumer warpgroups; narrow_mid_batch's tile)."""
+    cfg = wgmma_streamk_shape(n, NARROW_MID_BATCH_ROWS)  # the 2-warpgroup tile, its deepest ring
+    return grouped_wgmma(routing, cfg["WM"], cfg["BN"], cfg["STAGES"], block_k, arch, cwg=2, loop=True)
+
+
+def takes_narrow_mid_batch(routing: str, n: int, k: int) -> bool:
+    """Whether ``routing`` on an n x k weight may take grouped_narrow_mid_batch: the offsets and
+    masked forms (tiles cut on the device), a mid-batch shape, K of NARROW_MID_BATCH_MIN_K+."""
+    return (routing != "contiguous" and k >= NARROW_MID_BATCH_MIN_K
+            and is_mid_batch_tile(NARROW_MID_BATCH_ROWS, n, k, "grouped"))
+
+
+def narrow_mid_batch(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH, sms: int = H200_SMS) -> Launch:
+    """``launch``, or grouped_narrow_mid_batch where ``launch`` is the 16-row stream-K mma tile, the
+    weight takes it (takes_narrow_mid_batch) and the experts' expected rows take 24-row tiles
+    (mid_batch_block_m) but too few 512 x 24 tiles for the tile loop (takes_24_row_blocks)."""
+    em = problem.rows_per_expert
+    if (launch.spec.family != "grouped_mma_sk" or launch.rows_per_cta != 16
+            or not takes_narrow_mid_batch(problem.routing, problem.n, problem.k)
+            or mid_batch_block_m(em) != NARROW_MID_BATCH_ROWS
+            or takes_24_row_blocks(problem.n, problem.k, problem.num_experts, em, sms)):
+        return launch
+    return grouped_narrow_mid_batch(problem.routing, problem.n, problem.block_k, arch)
+
+
 # The K split of the one-CTA 4-warpgroup tile over a cluster (grouped-kernels.md v10): since the
 # 4-warpgroup tile runs on the tile loop, whose split tail covers a short last wave, only
 # CHORD_GROUPED_SPLIT_K picks it (the loop measured 4-12 % faster than the auto split at EP16
@@ -462,7 +506,11 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
         launch = pair_with_tall_tile(problem, launch, candidates, sms)
     why = "wave model, cost against the first: " + "; ".join(weighed)
     chosen = shallow_decode(problem, launch, arch, sms)  # (the decode ring first: where it fills, it wins)
-    if chosen is not launch:
+    narrow = narrow_mid_batch(problem, launch, arch, sms)
+    if narrow is not launch:
+        chosen = narrow
+        why += f"; the 256 x {NARROW_MID_BATCH_ROWS} tile loop (too few 512 x 24 tiles for the loop)"
+    elif chosen is not launch:
         why += f"; the 2-stage decode ring ({SHALLOW_DECODE_TILES_PER_CTA}+ expected tiles a resident CTA at 4 an SM)"
     else:
         chosen = widen_decode(problem, launch, arch, sms)
@@ -508,13 +556,15 @@ def pair_with_tall_tile(problem: GroupedProblem, best: Launch, candidates: list,
 def grouped_launch_variants(routing: str, n: int, k: int, rows: int, block_k: int,
                             arch: str = DEFAULT_ARCH) -> list[Launch]:
     """grouped_launch and every K split of it that select_grouped can pick on this K, and for
-    8-row tiles the wide decode tile (widen_decode)."""
+    8-row tiles the wide decode tile (widen_decode) and the 2-stage ring (shallow_decode), for 16-row
+    tiles the 256 x 24 tile loop (narrow_mid_batch)."""
     launch = grouped_launch(routing, n, k, rows, block_k, arch)
     splits = split_k_choices(k, block_k)[1:] if splits_k(launch) else ()
     wide = grouped_wide_decode(routing, n, k, block_k, arch) if rows == 8 else None
     shallow = grouped_shallow_decode(routing, block_k, arch) if replaces_decode_ring(launch) else None
+    narrow = grouped_narrow_mid_batch(routing, n, block_k, arch) if rows == 16 and takes_narrow_mid_batch(routing, n, k) else None
     return [launch] + [grouped_launch(routing, n, k, rows, block_k, arch, s) for s in splits] + \
-        [d for d in (wide, shallow) if d is not None]
+        [d for d in (wide, shallow, narrow) if d is not None]
 
 
 def grouped_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
