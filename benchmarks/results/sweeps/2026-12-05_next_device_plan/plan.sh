@@ -46,8 +46,9 @@ COMMIT=${CHORD_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 t0=$SECONDS
 st() { echo "$1 rc=$2 t=$((SECONDS - t0))" | tee -a "$D/status"; }
 # A candidate tree's own tests and sanitizer cases, from inside the tree (ab_tree.sh copies tests/
-# and scripts/ into it), on its own chord_kernels and csrc/: in_tree LABEL COMMAND...
-in_tree() { local t=$1; shift; (cd ".ab/$t" && PYTHONPATH="$PWD/packages/chord-runtime" CHORD_CSRC_DIR="$PWD/csrc" "$@"); }
+# and scripts/ into it), on its own chord_kernels and csrc/: in_tree LABEL COMMAND... (TREE_DIR=.
+# runs the working tree's, main's, under LABEL)
+in_tree() { local t=$1; shift; (cd "${TREE_DIR:-.ab/$t}" && PYTHONPATH="$PWD/packages/chord-runtime" CHORD_CSRC_DIR="$PWD/csrc" "$@"); }
 # A candidate tree's checks from inside the tree: its GPU tests (FILES, "-k FILTER" unless empty),
 # then memcheck and racecheck on its sanitizer cases (the tree's own script; SANITIZER_ARGS as
 # gpu_sanitize_case.py takes them): tree_checks LABEL "FILES" "FILTER" SANITIZER_ARG...
@@ -89,6 +90,18 @@ trace_tree() {
       > "$D/${t}trace_$dist.txt" 2>&1
     st "${t}trace_$dist" $?
     python3 -m benchmarks.cta_trace_report "$D/trace_ep8_gate_up_T20_${dist}_$t.json" > "$D/${t}trace_report_$dist.txt" 2>&1
+  done
+}
+# A candidate's ncu ABBA against main at boost then base clock, unless its checks failed earlier
+# in this call: candidate_ab LABEL NAME FAMILY "SWEEP ARGS" TREE... (results in $D/ab_NAME_<clock>;
+# TREE as ncu_ab.sh takes them, base=. first)
+candidate_ab() {
+  local t=$1 name=$2 family=$3 args=$4 clock
+  shift 4
+  if grep -Eq "^${t}_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st "ab${t}_skipped" 1; return; fi
+  for clock in none base; do
+    AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_${name}_$clock" "$family" "$args" "$@"
+    st "ab${name}_$clock" $?
   done
 }
 # A decode candidate against main (.ab/LABEL), ncu ABBA at boost then base clock, the decode points
@@ -270,61 +283,30 @@ for step in "$@"; do
     abgv44)  # main, bc (the unsigned block_chunk alone: every BLOCK_K-128 mma kernel) and gv44 (with
       # the ring for the masked form): the masked decode points, EP8/EP16/EP32 T=8/20/32, both
       # routings and projections, ncu ABBA at boost then base clock (~3 min)
-      if grep -Eq "^gv44_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abgv44_skipped 1
-      else
-        for clock in none base; do
-          AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_gv44_masked_$clock" grouped \
-            "--paths grouped_masked --scenarios ep8,ep16,ep32 --tokens 8,20,32 --dists uniform,skew" base=. bc=.ab/bc gv44=.ab/gv44
-          st "abgv44_masked_$clock" $?
-        done
-      fi ;;
+      candidate_ab gv44 gv44_masked grouped \
+        "--paths grouped_masked --scenarios ep8,ep16,ep32 --tokens 8,20,32 --dists uniform,skew" base=. bc=.ab/bc gv44=.ab/gv44 ;;
     gv45chk)  # gv45 (the 256 x 24 wgmma tile on the stream-K schedule where 11-16 expected rows take
       # 24-row tiles but the 512 x 24 tile loop makes too few waves: EP32 T=20): every grouped GPU
       # test from its tree (its own test on both forms and EP32 projections), memcheck and
       # racecheck on its case
-      tree_checks gv45 tests/gpu/test_grouped_gpu.py "" "grouped:256 x 24 tile loop" ;;
+      tree_checks gv45 tests/gpu/test_grouped_gpu.py "" "grouped:256 x 24 stream-K" ;;  # (the case is gv45.diff's)
     abgv45)  # gv45 against main: EP32 T=20 (uniform changes; skewed, 10 rows, is the noise) and
       # T=32, both forms and projections, ncu ABBA at boost then base clock (~3 min)
-      if grep -Eq "^gv45_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abgv45_skipped 1
-      else
-        for clock in none base; do
-          AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_gv45_$clock" grouped \
-            "--paths grouped_contiguous,grouped_masked --scenarios ep32 --tokens 20,32 --dists uniform,skew" base=. gv45=.ab/gv45
-          st "abgv45_$clock" $?
-        done
-      fi ;;
+      candidate_ab gv45 gv45 grouped \
+        "--paths grouped_contiguous,grouped_masked --scenarios ep32 --tokens 20,32 --dists uniform,skew" base=. gv45=.ab/gv45 ;;
     v46chk)  # grouped v46 as landed (the 256 x 24 tile loop from K 4096 only: EP32 T=20 gate_up), on
-      # the working tree: its GPU test (both forms) and the wgmma-forced run of it, memcheck and
-      # racecheck on its case (K 4096)
-      timeout 300 python3 -m pytest -m gpu tests/gpu/test_grouped_gpu.py -q -p no:cacheprovider \
-        -k "narrow_mid_batch or 24_row or split_tail" > "$D/v46chk_pytest.log" 2>&1
-      st v46chk_pytest $?; tail -3 "$D/v46chk_pytest.log"
-      for tool in memcheck racecheck; do
-        timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
-          "grouped:256 x 24 tile loop" > "$D/v46chk_$tool.log" 2>&1
-        st "v46chk_$tool" $?; tail -2 "$D/v46chk_$tool.log"
-      done ;;
+      # the working tree: its GPU test (both forms), memcheck and racecheck on its case (K 4096)
+      TREE_DIR=. tree_checks v46chk tests/gpu/test_grouped_gpu.py "narrow_mid_batch or 24_row or split_tail" \
+        "grouped:256 x 24 tile loop" ;;
     gv46chk)  # gv46 (gv45's 24-row tiles on the 256 x 24 tile loop, 2 consumer warpgroups, in place of
       # the stream-K schedule): every grouped GPU test from its tree, memcheck and racecheck on its case
       tree_checks gv46 tests/gpu/test_grouped_gpu.py "" "grouped:256 x 24 tile loop" ;;
     abgv46)  # gv46 against main and gv45: EP32 T=20 and T=32, both forms and projections, both clocks
-      if grep -Eq "^gv46_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abgv46_skipped 1
-      else
-        for clock in none base; do
-          AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_gv46_$clock" grouped \
-            "--paths grouped_contiguous,grouped_masked --scenarios ep32 --tokens 20 --dists uniform,skew" base=. gv45=.ab/gv45 gv46=.ab/gv46
-          st "abgv46_$clock" $?
-        done
-      fi ;;
+      candidate_ab gv46 gv46 grouped \
+        "--paths grouped_contiguous,grouped_masked --scenarios ep32 --tokens 20 --dists uniform,skew" base=. gv45=.ab/gv45 gv46=.ab/gv46 ;;
     grpchk)  # main's grouped family on the GPU: every grouped GPU test, then memcheck and racecheck
       # on the 2-stage decode ring's cases (offsets and masked forms: grouped v43, v44)
-      timeout 400 python3 -m pytest -m gpu tests/gpu/test_grouped_gpu.py -q -p no:cacheprovider > "$D/grpchk_pytest.log" 2>&1
-      st grpchk_pytest $?; tail -3 "$D/grpchk_pytest.log"
-      for tool in memcheck racecheck; do
-        timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
-          "grouped:2-stage decode ring" > "$D/grpchk_$tool.log" 2>&1
-        st "grpchk_$tool" $?; tail -2 "$D/grpchk_$tool.log"
-      done ;;
+      TREE_DIR=. tree_checks grpchk tests/gpu/test_grouped_gpu.py "" "grouped:2-stage decode ring" ;;
     abdec)  # gv43 + gv44 (the 2-stage decode ring in both grouped forms, block_chunk unsigned) on the
       # H200: main against 07899e8 (.ab/07899e8), ncu ABBA at boost then base clock
       for clock in none base; do
