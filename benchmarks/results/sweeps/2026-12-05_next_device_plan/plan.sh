@@ -29,6 +29,10 @@
 # base=.ab/a713b35 v46=.). Left, in this order, on an H200:
 #   bash benchmarks/ab_tree.sh 07899e8          # main before gv43/gv44, for abdec
 #   bash benchmarks/ab_tree.sh 01ac629          # main before gv42, for gv42h200
+#   bash benchmarks/ab_tree.sh HEAD gv47 --patch benchmarks/results/sweeps/2026-12-05_gv47_decode_16/gv47.diff
+#   bash benchmarks/ab_tree.sh HEAD gv47r --patch benchmarks/results/sweeps/2026-12-05_gv47_decode_16/gv47r.diff
+#   install gv47chk abgv47 (~6 min, either GPU; on an H200 first if one comes): 16-row decode tiles
+#           (grouped v47, a candidate: gv47 on 3 stages, gv47r on 2)
 #   APPLY="" grpgrid (~5 min): the grouped grid at main (v43, v44, v46 in; the H200 section is at
 #           18e989a), then the marker section into docs/performance.md; idxgrid (~2 min) likewise
 #   abdec (~4 min): gv43 + gv44 on the H200, main against 07899e8, the grouped decode of both
@@ -294,6 +298,16 @@ for step in "$@"; do
       # T=32, both forms and projections, ncu ABBA at boost then base clock (~3 min)
       candidate_ab gv45 gv45 grouped \
         "--paths grouped_contiguous,grouped_masked --scenarios ep32 --tokens 20,32 --dists uniform,skew" base=. gv45=.ab/gv45 ;;
+    gv47chk)  # gv47 and gv47r (16-row decode tiles from 6 expected rows; on 3 and 2 stages): every
+      # grouped GPU test from each tree, memcheck and racecheck on its case
+      for t in gv47 gv47r; do tree_checks $t tests/gpu/test_grouped_gpu.py "" "grouped:16-row decode"; done ;;
+    abgv47)  # gv47 and gv47r against main: the decode points they change (EP8 T=32, EP16 T=20, EP32
+      # T=8) and EP8 T=20 (unchanged: the noise), both forms, projections and routings, both clocks
+      candidate_ab gv47 gv47_ep8_ep16 grouped \
+        "--paths grouped_contiguous,grouped_masked --scenarios ep8,ep16 --tokens 20,32 --dists uniform,skew" \
+        base=. gv47=.ab/gv47 gv47r=.ab/gv47r
+      candidate_ab gv47 gv47_ep32 grouped "--paths grouped_contiguous,grouped_masked --scenarios ep32 --tokens 8" \
+        base=. gv47=.ab/gv47 gv47r=.ab/gv47r ;;
     v46chk)  # grouped v46 as landed (the 256 x 24 tile loop from K 4096 only: EP32 T=20 gate_up), on
       # the working tree: its GPU test (both forms), memcheck and racecheck on its case (K 4096)
       TREE_DIR=. tree_checks v46chk tests/gpu/test_grouped_gpu.py "narrow_mid_batch or 24_row or split_tail" \
@@ -373,7 +387,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install v46chk gv46chk abgv46 gv45chk abgv45 grpchk abdec v57chk abv57 gv43chk abgv43 gv44chk abgv44 ts8chk abts8 gv42h200 whole v56chk abv56 v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install gv47chk abgv47 v46chk gv46chk abgv46 gv45chk abgv45 grpchk abdec v57chk abv57 gv43chk abgv43 gv44chk abgv44 ts8chk abts8 gv42h200 whole v56chk abv56 v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
