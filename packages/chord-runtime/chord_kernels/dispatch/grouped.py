@@ -320,10 +320,10 @@ def shallow_decode(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_
 # consumer warpgroups: twice the 512 x 24 tile's tiles, 1.45 a CTA at EP32 T=20 gate_up) holds
 # them in one tile. Humming's EP32 T=20 kernel is the same 256 x 24 tile (whole tiles, 2 CTAs an
 # SM). H100 ncu ABBA, EP32 T=20 gate_up (K 7168), boost / base clock: offsets form -12.9 / -6.0 %,
-# skewed -5.1 / -11.4 %, masked -12.7 / -1.6 %. Down (K 2048, 2.5 tiles a CTA of 32 stages) lost
-# +4.9 to +10.8 %, so the rule starts between 32 and 112 stages of K. On the stream-K schedule
-# instead (v45) the same tile lost on down (+13 %) and on the masked form's BLOCK_K-128 weights
-# (+33 to +69 %).
+# skewed -5.1 / -11.4 %, masked -12.7 / -1.6 % (H200: -6.9 / -6.3, -11.2 / -11.5, -2.9 / -1.4 %).
+# Down (K 2048, 2.5 tiles a CTA of 32 stages) lost +4.9 to +10.8 % on the H100, so the rule
+# starts between 32 and 112 stages of K. On the stream-K schedule instead (v45) the same tile lost
+# on down (+13 %) and on the masked form's BLOCK_K-128 weights (+33 to +69 %).
 NARROW_MID_BATCH_ROWS = 24
 NARROW_MID_BATCH_MIN_K = 4096
 
