@@ -372,6 +372,19 @@ class FormBuffers:
         self.call()
         assert torch.equal(self.out[valid], first[valid]), f"{what} differ run to run"
 
+    def check_count_draws(self, graph, seed, what):
+        """check_runs on four count draws from ``seed`` on: uniform and skewed at expected_m rows an
+        expert, skewed at 5 (few busy experts: long runs), 9 rows in all; each with an empty expert
+        and the counts clamped to the buffer; the stream-K locks left zero after each."""
+        from chord_kernels import ops
+
+        for i, (total, skew) in enumerate(((self.expected_m * self.e, False), (self.expected_m * self.e, True),
+                                           (5 * self.e, True), (9, False))):
+            counts = counts_for(self.e, total, skew=skew, seed=seed + i).clamp_max(self.seg)
+            counts[0] = 0  # an empty expert
+            self.check_runs(graph, *self.set_counts(counts), what)
+            assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), "a launch left a lock non-zero"
+
     def capture(self):
         self.call()  # warm up: compile + load outside the capture
         graph = torch.cuda.CUDAGraph()
@@ -463,12 +476,7 @@ def test_shallow_decode_ring(shape, expected_m, routing_name, tile_family, monke
     graph = bufs.capture()
     launch = next(iter(ops._grouped_plans.values()))[1]
     assert (launch.spec.config["NT"], launch.spec.config["STAGES"], launch.spec.min_blocks_per_sm) == (2, 2, 4)
-    for seed, total, skew in ((52, expected_m * bufs.e, False), (53, expected_m * bufs.e, True), (54, 5 * bufs.e, True),
-                              (55, 9, False)):
-        counts = counts_for(bufs.e, total, skew=skew, seed=seed).clamp_max(bufs.seg)
-        counts[0] = 0  # an empty expert
-        bufs.check_runs(graph, *bufs.set_counts(counts), "the 2-stage ring's split sums")
-        assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), "a launch left a lock non-zero"
+    bufs.check_count_draws(graph, 52, "the 2-stage ring's split sums")
 
 
 @pytest.mark.parametrize("routing_name", ["contiguous_offsets", "masked"])
@@ -488,11 +496,7 @@ def test_narrow_mid_batch_24_row_tile(routing_name, tile_family, monkeypatch):
     launch = next(iter(ops._grouped_plans.values()))[1]
     cfg = launch.spec.config
     assert (launch.spec.family, cfg["CWG"], launch.rows_per_cta, launch.cols_per_cta) == ("grouped_wgmma", 2, 24, 256)
-    for seed, total, skew in ((62, 14 * bufs.e, False), (63, 14 * bufs.e, True), (64, 5 * bufs.e, True), (65, 9, False)):
-        counts = counts_for(bufs.e, total, skew=skew, seed=seed).clamp_max(bufs.seg)
-        counts[0] = 0  # an empty expert
-        bufs.check_runs(graph, *bufs.set_counts(counts), "the 256 x 24 tiles' split sums")
-        assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), "a launch left a lock non-zero"
+    bufs.check_count_draws(graph, 62, "the 256 x 24 tiles' split sums")
 
 
 @pytest.mark.parametrize("routing_name", ["contiguous_offsets", "masked"])
