@@ -26,13 +26,19 @@
 # H100, then an H200 for the last three calls): grpchk (clean), grpgrid and idxgrid on the H100 at
 # 91ebece (docs/performance.md), gv45chk abgv45 (gv45 rejected), gv46chk abgv46 (gv46 landed for
 # K >= 4096, grouped v46), v46chk and the landed v46's ncu ABBA on the H200 (by hand: ncu_ab.sh
-# base=.ab/a713b35 v46=.). Left, in this order, on an H200:
+# base=.ab/a713b35 v46=.). The eleventh session got no machine (two refused starts, then loans
+# paused): it prepared gv48 (grouped-kernels.md v48). Left, in this order, on an H200:
 #   bash benchmarks/ab_tree.sh 07899e8          # main before gv43/gv44, for abdec
 #   bash benchmarks/ab_tree.sh 01ac629          # main before gv42, for gv42h200
 #   bash benchmarks/ab_tree.sh HEAD gv47 --patch benchmarks/results/sweeps/2026-12-05_gv47_decode_16/gv47.diff
 #   bash benchmarks/ab_tree.sh HEAD gv47r --patch benchmarks/results/sweeps/2026-12-05_gv47_decode_16/gv47r.diff
+#   bash benchmarks/ab_tree.sh HEAD gv48 --patch benchmarks/results/sweeps/2026-12-05_gv48_few_wave_32/gv48.diff
+#   bash benchmarks/ab_tree.sh HEAD gv48s --patch benchmarks/results/sweeps/2026-12-05_gv48_few_wave_32/gv48s.diff
 #   install gv47chk abgv47 (~6 min, either GPU; on an H200 first if one comes): 16-row decode tiles
 #           (grouped v47, a candidate: gv47 on 3 stages, gv47r on 2)
+#   gv48chk abgv48 (~5 min, either GPU): EP32 T=32's 32-row tiles off the 512 x 32 tile loop where
+#           it makes under 1.4 waves (grouped v48, a candidate: gv48 the 256 x 32 tile loop, gv48s
+#           the 32-row stream-K mma tile)
 #   APPLY="" grpgrid (~5 min): the grouped grid at main (v43, v44, v46 in; the H200 section is at
 #           18e989a), then the marker section into docs/performance.md; idxgrid (~2 min) likewise
 #   abdec (~4 min): gv43 + gv44 on the H200, main against 07899e8, the grouped decode of both
@@ -308,6 +314,14 @@ for step in "$@"; do
         base=. gv47=.ab/gv47 gv47r=.ab/gv47r
       candidate_ab gv47 gv47_ep32 grouped "--paths grouped_contiguous,grouped_masked --scenarios ep32 --tokens 8" \
         base=. gv47=.ab/gv47 gv47r=.ab/gv47r ;;
+    gv48chk)  # gv48 and gv48s (the few-wave 32-row tiles, EP32 T=32: the 256 x 32 tile loop, or the
+      # 32-row stream-K mma tile): gv48's new kernels under every grouped GPU test, gv48s (a kernel
+      # main already runs) under its own; memcheck and racecheck on the case, from each tree
+      tree_checks gv48 tests/gpu/test_grouped_gpu.py "" "grouped:few-wave 32-row"
+      tree_checks gv48s tests/gpu/test_grouped_gpu.py "few_wave or split_tail" "grouped:few-wave 32-row" ;;
+    abgv48)  # gv48 and gv48s against main: EP32 T=32, both forms and projections, both clocks (~2 min)
+      candidate_ab gv48 gv48 grouped "--paths grouped_contiguous,grouped_masked --scenarios ep32 --tokens 32" \
+        base=. gv48=.ab/gv48 gv48s=.ab/gv48s ;;
     v46chk)  # grouped v46 as landed (the 256 x 24 tile loop from K 4096 only: EP32 T=20 gate_up), on
       # the working tree: its GPU test (both forms), memcheck and racecheck on its case (K 4096)
       TREE_DIR=. tree_checks v46chk tests/gpu/test_grouped_gpu.py "narrow_mid_batch or 24_row or split_tail" \
@@ -387,7 +401,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install gv47chk abgv47 v46chk gv46chk abgv46 gv45chk abgv45 grpchk abdec v57chk abv57 gv43chk abgv43 gv44chk abgv44 ts8chk abts8 gv42h200 whole v56chk abv56 v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install gv47chk abgv47 gv48chk abgv48 v46chk gv46chk abgv46 gv45chk abgv45 grpchk abdec v57chk abv57 gv43chk abgv43 gv44chk abgv44 ts8chk abts8 gv42h200 whole v56chk abv56 v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
