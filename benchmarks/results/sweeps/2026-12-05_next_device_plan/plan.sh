@@ -34,9 +34,10 @@
 #   bash benchmarks/ab_tree.sh HEAD gv47r --patch benchmarks/results/sweeps/2026-12-05_gv47_decode_16/gv47r.diff
 #   bash benchmarks/ab_tree.sh HEAD gv48 --patch benchmarks/results/sweeps/2026-12-05_gv48_few_wave_32/gv48.diff
 #   bash benchmarks/ab_tree.sh HEAD gv48s --patch benchmarks/results/sweeps/2026-12-05_gv48_few_wave_32/gv48s.diff
-#   install gv47chk abgv47 (~6 min, either GPU; on an H200 first if one comes): 16-row decode tiles
-#           (grouped v47, a candidate: gv47 on 3 stages, gv47r on 2)
-#   gv48chk abgv48 (~5 min, either GPU): EP32 T=32's 32-row tiles off the 512 x 32 tile loop where
+#   install gv47chk (~5 min), then abgv47 (~5 min), either GPU (on an H200 first if one comes):
+#           16-row decode tiles (grouped v47, a candidate: gv47 on 3 stages, gv47r on 2); one call
+#           each (the full grouped suite alone takes ~2 min a tree, each sanitizer run ~30 s)
+#   gv48chk abgv48 (~6 min, either GPU; split in two calls if the first ran long): EP32 T=32's 32-row tiles off the 512 x 32 tile loop where
 #           it makes under 1.4 waves (grouped v48, a candidate: gv48 the 256 x 32 tile loop, gv48s
 #           the 32-row stream-K mma tile)
 #   APPLY="" grpgrid (~5 min): the grouped grid at main (v43, v44, v46 in; the H200 section is at
@@ -305,8 +306,10 @@ for step in "$@"; do
       candidate_ab gv45 gv45 grouped \
         "--paths grouped_contiguous,grouped_masked --scenarios ep32 --tokens 20,32 --dists uniform,skew" base=. gv45=.ab/gv45 ;;
     gv47chk)  # gv47 and gv47r (16-row decode tiles from 6 expected rows; on 3 and 2 stages): every
-      # grouped GPU test from each tree, memcheck and racecheck on its case
-      for t in gv47 gv47r; do tree_checks $t tests/gpu/test_grouped_gpu.py "" "grouped:16-row decode"; done ;;
+      # grouped GPU test from gv47's tree (~2 min), the decode tests from gv47r's (its ring depth is
+      # the only difference), memcheck and racecheck on the case from each (~5 min in all)
+      tree_checks gv47 tests/gpu/test_grouped_gpu.py "" "grouped:16-row decode"
+      tree_checks gv47r tests/gpu/test_grouped_gpu.py "decode or streamk or split_tail" "grouped:16-row decode" ;;
     abgv47)  # gv47 and gv47r against main: the decode points they change (EP8 T=32, EP16 T=20, EP32
       # T=8) and EP8 T=20 (unchanged: the noise), both forms, projections and routings, both clocks
       candidate_ab gv47 gv47_ep8_ep16 grouped \
