@@ -13,17 +13,32 @@ imported through PYTHONPATH / CHORD_CSRC_DIR compiles its own kernels.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 from . import common, runner
 from . import scenarios as S
 from .bench_chord import chord_block_m, chord_launch, grouped_expected_m, grouped_launch
 
 
-def point_launches(args: argparse.Namespace, arch: str, sms: int) -> list:
-    """The Launch of every (point, projection[, grouped path]) of the run, in run order."""
+@dataclass(frozen=True)
+class Choice:
+    """The dispatch's choice at one (point, projection, path) of a run: ``hint`` is the host hint
+    it was picked from (the indexed routing block size, or the grouped expected_m)."""
+
+    point: S.Point
+    proj: str
+    path: str
+    hint: int
+    launch: Any  # chord_kernels.dispatch.Launch
+
+
+def point_choices(args: argparse.Namespace, arch: str, sms: int) -> Iterator[Choice]:
+    """The dispatch's Choice at every (point, projection[, grouped path]) of the run, in run order:
+    the routing files' layouts and bench_chord's hints, through the functions its describe() uses."""
     opts = runner.options_from_args(args)
     paths = runner.family_paths(args)
-    launches = []
     for point in opts.points:
         routing = common.load_routing(opts.routing_dir, point)
         experts = point.spec.num_local_experts
@@ -32,16 +47,24 @@ def point_launches(args: argparse.Namespace, arch: str, sms: int) -> list:
             if S.family_of(paths[0]) == "indexed":
                 block_m = chord_block_m({"num_experts": experts, "valid_shape_m": point.valid_shape_m,
                                          "n": proj.n, "k": proj.k})
-                launches.append(chord_launch(proj.n, proj.k, experts, proj.top_k, block_m, arch,
-                                             proj.input_rows(point.num_tokens) * proj.top_k))
+                yield Choice(point, proj_name, paths[0], block_m,
+                             chord_launch(proj.n, proj.k, experts, proj.top_k, block_m, arch,
+                                          proj.input_rows(point.num_tokens) * proj.top_k))
                 continue
             layout = common.grouped_layout(routing["topk_ids"], routing["expert_map"], experts)
             for path in paths:
-                launch = grouped_launch(path, proj.n, proj.k, experts, grouped_expected_m(path, layout, point), arch,
-                                        sms)
-                launches += [launch] + ([launch.pick[0]] if launch.pick else [])  # a pair: both kernels
-    return launches
+                expected_m = grouped_expected_m(path, layout, point)
+                yield Choice(point, proj_name, path, expected_m,
+                             grouped_launch(path, proj.n, proj.k, experts, expected_m, arch, sms))
 
+
+def point_launches(args: argparse.Namespace, arch: str, sms: int) -> list:
+    """The Launch of every (point, projection[, grouped path]) of the run, in run order (a
+    grouped pair: both kernels)."""
+    launches = []
+    for choice in point_choices(args, arch, sms):
+        launches += [choice.launch] + ([choice.launch.pick[0]] if choice.launch.pick else [])
+    return launches
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -337,8 +337,8 @@ def _short_error(exc: BaseException) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-def add_bench_args(parser: argparse.ArgumentParser, default_out: str) -> None:
-    parser.add_argument("--routing-dir", required=True, type=Path, help="folder written by make_routing")
+def add_bench_args(parser: argparse.ArgumentParser, default_out: str, routing_dir_required: bool = True) -> None:
+    parser.add_argument("--routing-dir", required=routing_dir_required, type=Path, help="folder written by make_routing")
     parser.add_argument("--out", default=default_out, type=Path, help="results JSON")
     parser.add_argument("--family", choices=tuple(S.FAMILIES), default="indexed",
                         help="kernel family: indexed (default) or grouped (grouped_contiguous + grouped_masked)")
