@@ -23,11 +23,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from chord_kernels.dispatch import DEFAULT_ARCH, H200_SMS
+
 from . import make_routing, runner
 from . import scenarios as S
 from .precompile_points import point_choices
 
-H200 = ("sm_90a", 132)  # (arch, SMs) of the GPU the dispatch is tuned for
 COLUMNS = ("scenario", "dist", "T", "path", "proj", "hint", "kernel", "tile")
 
 
@@ -80,13 +81,13 @@ def table(found: list[dict], columns: tuple[str, ...] = COLUMNS) -> str:
 
 def changes(base: list[dict], other: list[dict]) -> list[dict]:
     """The rows whose kernel or tile differs between two runs' rows (same points)."""
-    theirs = {key(r): r for r in other}
+    other_rows = {key(r): r for r in other}
     out = []
     for row in base:
-        mine = theirs.get(key(row))
-        if mine is None or (mine["kernel"], mine["tile"]) != (row["kernel"], row["tile"]):
-            out.append({**row, "against": mine["kernel"] if mine else "(no row)",
-                        "tile against": mine["tile"] if mine else ""})
+        theirs = other_rows.get(key(row))
+        if theirs is None or (theirs["kernel"], theirs["tile"]) != (row["kernel"], row["tile"]):
+            out.append({**row, "against": theirs["kernel"] if theirs else "(no row)",
+                        "tile against": theirs["tile"] if theirs else ""})
     return out
 
 
@@ -108,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     runner.add_bench_args(parser, default_out="unused.json", routing_dir_required=False)
     parser.add_argument("--seed-routing", type=int, default=0, help="make_routing's seed (the runs' default: 0)")
-    parser.add_argument("--arch", default=H200[0])
-    parser.add_argument("--sms", type=int, default=H200[1])
+    parser.add_argument("--arch", default=DEFAULT_ARCH)
+    parser.add_argument("--sms", type=int, default=H200_SMS)
     parser.add_argument("--against", type=Path, help="a tree whose dispatch to compare with this checkout's")
     parser.add_argument("--json", action="store_true", help="one JSON object a row")
     args = parser.parse_args(argv)

@@ -66,6 +66,7 @@ def point_launches(args: argparse.Namespace, arch: str, sms: int) -> list:
         launches += [choice.launch] + ([choice.launch.pick[0]] if choice.launch.pick else [])
     return launches
 
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     runner.add_bench_args(parser, default_out="unused.json")

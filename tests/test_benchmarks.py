@@ -712,7 +712,6 @@ def test_precompile_points_and_config_cover_a_grouped_pair(tmp_path, monkeypatch
     assert ncu_ab_table.launches_per_call({"config": single}) == 1 and "config unknown" not in single
 
 
-
 def test_dispatch_map_rows_and_changes(tmp_path, capsys):
     """benchmarks.dispatch_map: the run's choices on the CPU (EP32 T=32, both grouped forms and
     projections: the 512 x 32 tile at 22 rows an expert), and --against a tree with the same
@@ -732,6 +731,7 @@ def test_dispatch_map_rows_and_changes(tmp_path, capsys):
         [(found[0]["proj"], found[0]["path"], "another", "32x256")]
     assert dispatch_map.main(argv + ["--against", str(Path(__file__).resolve().parent.parent)]) == 0
     assert capsys.readouterr().out.startswith(f"0 of {len(found)} rows pick another kernel")
+
 
 def test_host_overhead_times_batches_behind_a_gpu_sleep(monkeypatch):
     """benchmarks.host_overhead.per_call_us queues each batch of calls behind a GPU sleep and times
