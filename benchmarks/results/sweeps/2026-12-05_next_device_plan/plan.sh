@@ -27,7 +27,8 @@
 # 91ebece (docs/performance.md), gv45chk abgv45 (gv45 rejected), gv46chk abgv46 (gv46 landed for
 # K >= 4096, grouped v46), v46chk and the landed v46's ncu ABBA on the H200 (by hand: ncu_ab.sh
 # base=.ab/a713b35 v46=.). The eleventh session got no machine (two refused starts, then loans
-# paused): it prepared gv48 (grouped-kernels.md v48). Left, in this order, on an H200:
+# paused): it prepared gv48 (grouped-kernels.md v48). The twelfth got none either (loans paused from
+# the start): it added tp8dn (indexed-kernels.md v59). Left, in this order, on an H200:
 #   bash benchmarks/ab_tree.sh 07899e8          # main before gv43/gv44, for abdec
 #   bash benchmarks/ab_tree.sh 01ac629          # main before gv42, for gv42h200
 #   bash benchmarks/ab_tree.sh HEAD gv47 --patch benchmarks/results/sweeps/2026-12-05_gv47_decode_16/gv47.diff
@@ -42,6 +43,8 @@
 #           the 32-row stream-K mma tile)
 #   APPLY="" grpgrid (~5 min): the grouped grid at main (v43, v44, v46 in; the H200 section is at
 #           18e989a), then the marker section into docs/performance.md; idxgrid (~2 min) likewise
+#   tp8dn (~3 min, either GPU, in idxgrid's call if it fits): TP8 T=2048 down on the 512 x 56 tile
+#           loop by override (indexed-kernels.md v59; no tree: CHORD_W4A16_TUNING)
 #   abdec (~4 min): gv43 + gv44 on the H200, main against 07899e8, the grouped decode of both
 #           forms at both clocks (the grid shows the sums; this shows the kernels)
 #   gv42h200 (~4 min): gv42 against its parent on the prefill down where the H200 grid moved
@@ -394,6 +397,15 @@ for step in "$@"; do
         bash benchmarks/ncu_ab.sh "$D/ab_split_grouped" grouped \
         "--paths grouped_masked --scenarios ep16 --tokens 8192 --dists uniform" base=. feed=. nostore=. loads=.
       st split_grouped $? ;;
+    tp8dn)  # TP8 T=2048 down (56-row blocks, K=256) on the 512 x 56 tile loop, 4 consumer warpgroups
+      # (gate_up's kernel there), by override, against main's 256 x 56 stream-K tile: both routings,
+      # ncu ABBA at boost then base clock (~3 min; indexed-kernels.md v59)
+      for clock in none base; do
+        AB_ENV_cwg4="CHORD_W4A16_INDEXED_KERNEL=wgmma CHORD_W4A16_TUNING=CWG=4" AB_CLOCK=$clock AB_INSTALL=0 \
+          AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_tp8dn_$clock" indexed \
+          "--scenarios tp8 --tokens 2048 --dists uniform,skew --projections down" base=. cwg4=.
+        st "tp8dn_$clock" $?
+      done ;;
     idxgrid)
       label=$(apply_candidates) || { st idxgrid_apply 1; exit 1; }
       OUT=$D/idxgrid CHORD_COMMIT=$label CHORD_BUDGET_S=120 HUMMING_BUDGET_S=170 HUMMING_PREWARM_JOBS=12 \
@@ -404,7 +416,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install gv47chk abgv47 gv48chk abgv48 v46chk gv46chk abgv46 gv45chk abgv45 grpchk abdec v57chk abv57 gv43chk abgv43 gv44chk abgv44 ts8chk abts8 gv42h200 whole v56chk abv56 v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
+    *) echo "unknown step $step (install gv47chk abgv47 gv48chk abgv48 tp8dn v46chk gv46chk abgv46 gv45chk abgv45 grpchk abdec v57chk abv57 gv43chk abgv43 gv44chk abgv44 ts8chk abts8 gv42h200 whole v56chk abv56 v54chk abv54 v54trace dectune dectrace iv53chk abiv53 gv40chk abgv40 gv42chk abgv42 iv51chk abiv51 cwg4gu swchk absw probe feed split swtrace v47boost idxgrid grpgrid)" >&2; exit 2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
