@@ -317,6 +317,37 @@ def test_bound_and_targets():
     assert missing.met is None and "Chord" in missing.detail
 
 
+def test_attainable_share_from_the_copy_probe():
+    """benchmarks.attainable: the copy's overhead over its bytes, interpolated in log bytes, and
+    the share of the bytes floor copies of each projection's bytes reach (a hand case), then the
+    committed probe and grid: small-floor points fall short of 90 %, EP8 decode does not."""
+    from benchmarks import attainable as A
+
+    mb = A.MB
+    probe = [{"mode": "zero", "kind": A.CEILING_KIND, "mb": 2048, "us": 1000.0, "gbs": 2048 * mb / 1e6},
+             {"mode": "zero", "kind": A.COPY_KIND, "mb": 8, "us": 8 / 2048 * 1000 + 4.0},
+             {"mode": "zero", "kind": A.COPY_KIND, "mb": 32, "us": 32 / 2048 * 1000 + 6.0},
+             {"mode": "read", "kind": A.COPY_KIND, "mb": 8, "us": 1.0}]
+    table = A.copy_overheads(probe)
+    assert [b for b, _ in table] == [8 * mb, 32 * mb]
+    assert [o for _, o in table] == pytest.approx([4.0, 6.0])
+    assert A.overhead_us(table, 1) == pytest.approx(4.0) and A.overhead_us(table, 1 << 40) == pytest.approx(6.0)
+    assert A.overhead_us(table, 16 * mb) == pytest.approx(5.0)  # halfway in log bytes
+    gbs = 2048 * mb / 1e6  # GB/s: 2 GiB in 1000 µs, 1 MiB a 0.48828 µs
+    proj = {"n": 64, "k": 64, "experts_touched": 0, "rows_in": 0, "rows": 16 * mb // 128}  # 16 MiB written
+    floor = A.F.bytes_floor_us(16 * mb, gbs)
+    assert A.attainable_share([proj], gbs, table) == pytest.approx(floor / (floor + 5.0))
+    assert A.attainable_share([proj, proj], gbs, table) == pytest.approx(2 * floor / (2 * floor + 10.0))
+
+    results = json.loads((REPO / "benchmarks/results/2026-12-05_h200_18e989a_grouped.json").read_text())
+    rows = A.point_rows(results, A.copy_overheads(json.loads(A.PROBE.read_text())))
+    by = {(r["path"], r["scenario"], r["dist"], r["T"]): r for r in rows}
+    assert by["grouped_contiguous", "ep32", "uniform", 8]["attainable"] < 0.9
+    assert by["grouped_contiguous", "ep8", "uniform", 20]["attainable"] > 0.95
+    assert all(0 < r["attainable"] < 1 for r in rows)
+    assert "could not" in A.render(rows)
+
+
 # ---------------------------------------------------------------------------------------
 # The per-point loop, end to end on CPU (tiny shapes, Chord's CPU reference path)
 # ---------------------------------------------------------------------------------------

@@ -28,8 +28,10 @@
 #      section of docs/performance.md is at 18e989a), APPLY="gv47 gv48" etc. for the winners
 #   5. idxgrid tp8dn (~5 min, an H200 for idxgrid): the indexed grid at main, then TP8 T=2048 down
 #      on the 512 x 56 tile loop by override (indexed-kernels.md v59; no tree)
-#   6. abdec (~4 min, an H200): gv43 + gv44 against 07899e8, the grouped decode of both forms
-#   7. gv42h200 (~4 min, an H200): gv42 against its parent on the prefill down where the H200 grid moved
+#   6. feedmid (~4 min, either GPU): mid batch against its feed-only build (indexed-kernels.md v60:
+#      do the loads alone reach the bytes floor at EP8 T=64/128, EP16/EP32 T=64/128?)
+#   7. abdec (~4 min, an H200): gv43 + gv44 against 07899e8, the grouped decode of both forms
+#   8. gv42h200 (~4 min, an H200): gv42 against its parent on the prefill down where the H200 grid moved
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere. After the session: land the winners (git apply; gv47 and gv48 each add a variant to
 # the last line of grouped_launch_variants: land one, `git apply -3` the other, keep both), move
@@ -204,6 +206,16 @@ for step in "$@"; do
         bash benchmarks/ncu_ab.sh "$D/ab_split_grouped" grouped \
         "--paths grouped_masked --scenarios ep16 --tokens 8192 --dists uniform" base=. feed=. nostore=. loads=.
       st split_grouped $? ;;
+    feedmid)  # mid batch: main against its feed-only build (CHORD_DIAG_FEED_ONLY=1: no dequantization, no
+      # MMA; wrong results, timing only), ncu ABBA at boost clock (do_bench's), indexed EP8 T=64/128
+      # and grouped contiguous EP16/EP32 T=64/128, both projections (~4 min; indexed-kernels.md v60)
+      AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh \
+        "$D/ab_feedmid_indexed" indexed "--scenarios ep8 --tokens 64,128 --dists uniform" base=. feed=.
+      st feedmid_indexed $?
+      AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh \
+        "$D/ab_feedmid_grouped" grouped "--paths grouped_contiguous --scenarios ep16,ep32 --tokens 64,128 --dists uniform" \
+        base=. feed=.
+      st feedmid_grouped $? ;;
     tp8dn)  # TP8 T=2048 down (56-row blocks, K=256) on the 512 x 56 tile loop, 4 consumer warpgroups
       # (gate_up's kernel there), by override, against main's 256 x 56 stream-K tile: both routings,
       # ncu ABBA at boost then base clock (~3 min; indexed-kernels.md v59)
@@ -223,7 +235,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install gv47chk abgv47 gv48chk abgv48 grpgrid idxgrid tp8dn abdec gv42h200 grpchk probe feed split)" >&2 ;;
+    *) echo "unknown step $step (install gv47chk abgv47 gv48chk abgv48 grpgrid idxgrid tp8dn feedmid abdec gv42h200 grpchk probe feed split)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
