@@ -1,6 +1,6 @@
-"""benchmarks/probes/: the wgmma k-loop probe compiles against today's headers (real nvcc, sm_90a)
-with no spill and no serialized wgmma, and its table script reads the probe's JSON lines. The
-probe itself runs on the GPU only (run_mainloop.sh)."""
+"""benchmarks/probes/: the probes (the wgmma k loop alone, the weight stream alone) compile against
+today's headers (real nvcc, sm_90a) with no spill and no serialized wgmma, and tables.py reads
+their JSON lines. The probes themselves run on the GPU only (run_probe.sh)."""
 
 import importlib.util
 import json
@@ -11,15 +11,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PROBES = ROOT / "benchmarks" / "probes"
 
-_spec = importlib.util.spec_from_file_location("mainloop_table", PROBES / "mainloop_table.py")
-mainloop_table = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mainloop_table)
+_spec = importlib.util.spec_from_file_location("probe_tables", PROBES / "tables.py")
+tables = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tables)
+
+
+def _compile_probe(nvcc: str, source: str, out: Path) -> str:
+    """ptxas's -v log of one probe built as run_probe.sh builds it."""
+    cmd = [nvcc, "-O3", "-std=c++17", "--expt-relaxed-constexpr", "-gencode=arch=compute_90a,code=sm_90a",
+           "-I", str(ROOT / "csrc"), "-Xptxas", "-v", str(PROBES / source), "-o", str(out)]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
 
 
 def test_mainloop_probe_compiles_clean(tmp_path, real_nvcc):
-    cmd = [real_nvcc, "-O3", "-std=c++17", "--expt-relaxed-constexpr", "-gencode=arch=compute_90a,code=sm_90a",
-           "-I", str(ROOT / "csrc"), "-Xptxas", "-v", str(PROBES / "wgmma_mainloop.cu"), "-o", str(tmp_path / "probe")]
-    log = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
+    log = _compile_probe(real_nvcc, "wgmma_mainloop.cu", tmp_path / "probe")
     kernels = re.findall(r"Compiling entry function '(\w+)'", log)
     assert len(kernels) >= 30, log[-2000:]
     assert set(re.findall(r"(\d+) bytes spill stores", log)) == {"0"}, "a probe kernel spills: it would time the spill"
@@ -34,12 +39,31 @@ def test_mainloop_table(tmp_path):
     dequant = {**record, "work": "dequant"}
     path = tmp_path / "mainloop.jsonl"
     path.write_text(json.dumps(record) + "\n" + json.dumps(dequant) + "\n")
-    lines = mainloop_table.rows([json.loads(x) for x in path.read_text().splitlines()])
+    lines = tables.mainloop_rows([json.loads(x) for x in path.read_text().splitlines()])
     assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|")
     assert "| 896 | 910 | 448 | 50 % | 168 | 0 | 1930 |" in lines[2]
     assert "| 448 |  | 168 |" in lines[3]  # no tensor share for the dequantization alone
-    assert mainloop_table.main([str(path)]) == 0
+    assert tables.main([str(path)]) == 0
 
+
+def test_weight_stream_probe_compiles_clean(tmp_path, real_nvcc):
+    log = _compile_probe(real_nvcc, "weight_stream.cu", tmp_path / "probe")
+    kernels = re.findall(r"Compiling entry function '(\w+)'", log)
+    assert len([k for k in kernels if "weight_stream" in k]) == 5 and any("read_stream" in k for k in kernels), log
+    assert set(re.findall(r"(\d+) bytes spill stores", log)) == {"0"}
+
+
+def test_weight_stream_table(tmp_path):
+    base = {"proj": "gate_up", "rows": 512, "stage_k": 64, "slots": 8, "ctas_per_sm": 1, "bytes": 1 << 30}
+    records = [{**base, "pattern": "packed", "gbs": 3600.0}, {**base, "pattern": "contiguous", "gbs": 4000.0},
+               {**base, "pattern": "read_stream", "rows": 0, "stage_k": 0, "slots": 0, "ctas_per_sm": 8, "gbs": 4200.0}]
+    lines = tables.weight_stream_rows(records)
+    assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|") == lines[3].count("|")
+    assert "| gate_up | 512 | 64 | 8 x 1 | 3600 | 4000 | 90 % | 86 % | 95 % |" == lines[2]
+    assert lines[3].startswith("| gate_up | read_stream |")
+    path = tmp_path / "weight_stream.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert tables.main([str(path)]) == 0
 
 # The feed-only diagnostic build (CHORD_DIAG_FEED_ONLY=1, chord_kernels.jit.launch): the kernels'
 # time without their k loop's work, to set beside the k loop alone.

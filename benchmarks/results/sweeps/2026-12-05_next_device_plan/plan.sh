@@ -28,8 +28,9 @@
 #      section of docs/performance.md is at 18e989a), APPLY="gv47 gv48" etc. for the winners
 #   5. idxgrid tp8dn (~5 min, an H200 for idxgrid): the indexed grid at main, then TP8 T=2048 down
 #      on the 512 x 56 tile loop by override (indexed-kernels.md v59; no tree)
-#   6. feedmid (~4 min, either GPU): mid batch against its feed-only build (indexed-kernels.md v60:
-#      do the loads alone reach the bytes floor at EP8 T=64/128, EP16/EP32 T=64/128?)
+#   6. feedmid stream (~5 min, either GPU): mid batch against its feed-only build, then the weight
+#      stream alone in the packed layout's runs and in contiguous ones (indexed-kernels.md v60: do
+#      the loads alone reach the bytes floor at mid batch, and does the layout cost DRAM?)
 #   7. abdec (~4 min, an H200): gv43 + gv44 against 07899e8, the grouped decode of both forms
 #   8. gv42h200 (~4 min, an H200): gv42 against its parent on the prefill down where the H200 grid moved
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
@@ -206,6 +207,10 @@ for step in "$@"; do
         bash benchmarks/ncu_ab.sh "$D/ab_split_grouped" grouped \
         "--paths grouped_masked --scenarios ep16 --tokens 8192 --dists uniform" base=. feed=. nostore=. loads=.
       st split_grouped $? ;;
+    stream)  # the weight stream alone (benchmarks/probes/weight_stream.cu): the packed layout's 512-byte
+      # runs against one contiguous run a stage, and a plain streaming read (~30 s, no install needed)
+      PROBE_OUT=$D/stream timeout 200 bash benchmarks/probes/run_probe.sh weight_stream > "$D/stream.log" 2>&1
+      st stream $?; tail -25 "$D/stream.log" ;;
     feedmid)  # mid batch: main against its feed-only build (CHORD_DIAG_FEED_ONLY=1: no dequantization, no
       # MMA; wrong results, timing only), ncu ABBA at boost clock (do_bench's), indexed EP8 T=64/128
       # and grouped contiguous EP16/EP32 T=64/128, both projections (~4 min; indexed-kernels.md v60)
@@ -235,7 +240,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install gv47chk abgv47 gv48chk abgv48 grpgrid idxgrid tp8dn feedmid abdec gv42h200 grpchk probe feed split)" >&2 ;;
+    *) echo "unknown step $step (install gv47chk abgv47 gv48chk abgv48 grpgrid idxgrid tp8dn feedmid stream abdec gv42h200 grpchk probe feed split)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
