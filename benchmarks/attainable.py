@@ -16,7 +16,8 @@ whose attainable share is under the target (90 %) misses it whatever the kernel 
 timing method. The bound leaves the MMAs out: the table also gives the compute floor over the
 bytes floor, and where that is near 1 (about 43 routed rows an expert on Kimi's shapes) a kernel
 at 90 % of its bytes floor must also run its tensor cores at about that share of the dense rate
-all through the stream.
+all through the stream. For the launch-bound points (both floors under 60 µs; target 1.3x
+Humming) it gives the copy-speed time instead, and the speedup over Humming that time would be.
 
     python3 -m benchmarks.attainable benchmarks/results/2026-12-05_h200_18e989a.json [more.json]
 """
@@ -67,30 +68,36 @@ def projection_nbytes(p: dict) -> int:
     return F.projection_bytes(p["n"], p["k"], p["experts_touched"], p["rows_in"], p["rows"])
 
 
+def copy_time_us(projs: list[dict], copy_gbs: float, table: list[tuple[int, float]]) -> float:
+    """The time copies of each projection's bytes take, timed like the benchmark (the module doc)."""
+    return sum(F.bytes_floor_us(b, copy_gbs) + overhead_us(table, b) for b in map(projection_nbytes, projs))
+
+
 def attainable_share(projs: list[dict], copy_gbs: float, table: list[tuple[int, float]]) -> float:
-    """Bytes floor over the time of copies of each projection's bytes (see the module doc)."""
-    sizes = [projection_nbytes(p) for p in projs]
-    floor = F.bytes_floor_us(sum(sizes), copy_gbs)
-    return floor / sum(F.bytes_floor_us(b, copy_gbs) + overhead_us(table, b) for b in sizes)
+    """Bytes floor over copy_time_us: the share of its bytes floor a copy-speed kernel reaches."""
+    floor = F.bytes_floor_us(sum(map(projection_nbytes, projs)), copy_gbs)
+    return floor / copy_time_us(projs, copy_gbs, table)
 
 
 def point_rows(results: dict, table: list[tuple[int, float]]) -> list[dict]:
-    """One row a bytes-bound point (larger floor >= 60 µs and the bytes floor the larger) of a
-    results JSON: its floor, the attainable share, each side's share and the target."""
+    """One row a bytes-bound or launch-bound point of a results JSON (the compute-bound ones are
+    left out): its floors, the copy-speed time and share, and each side's time and share."""
     ceil = results["ceilings"]
     out = []
     for p in results["points"]:
         projs = list(p["projs"].values())
         fl = F.point_floors(projs, ceil["copy_gbs"], ceil["bf16_tflops"])
-        if fl.bound != "bytes":
+        if fl.bound == "compute":
             continue
-        shares = {side: (fl.bytes_us / s["sum_us"] if s and s.get("sum_us") else None)
-                  for side, s in p["sides"].items()}
-        out.append({"path": p["path"], "scenario": p["scenario"], "dist": p["dist"], "T": p["tokens"],
-                    "floor_us": fl.bytes_us, "mb": sum(projection_nbytes(q) for q in projs) / MB,
+        times = {side: (s["sum_us"] if s and s.get("sum_us") else None) for side, s in p["sides"].items()}
+        out.append({"path": p["path"], "scenario": p["scenario"], "dist": p["dist"], "T": p["tokens"], "bound": fl.bound,
+                    "floor_us": fl.bytes_us, "mb": sum(map(projection_nbytes, projs)) / MB,
                     "compute_share": fl.compute_us / fl.bytes_us,
+                    "copy_us": copy_time_us(projs, ceil["copy_gbs"], table),
                     "attainable": attainable_share(projs, ceil["copy_gbs"], table),
-                    "chord": shares.get("chord"), "humming": shares.get("humming")})
+                    "chord_us": times.get("chord"), "humming_us": times.get("humming"),
+                    "chord": fl.bytes_us / times["chord"] if times.get("chord") else None,
+                    "humming": fl.bytes_us / times["humming"] if times.get("humming") else None})
     return out
 
 
@@ -98,19 +105,37 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
 
-def render(rows: list[dict], target: float = F.BYTES_TARGET) -> str:
+def _us(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def render(rows: list[dict], target: float = F.BYTES_TARGET, speedup: float = F.LAUNCH_BOUND_SPEEDUP) -> str:
+    """The bytes-bound points against the bytes-floor target, then the launch-bound ones against
+    theirs (the speedup over Humming a copy-speed kernel would have)."""
     lines = ["| path | scenario | router | T | bytes floor µs (MB) | compute / bytes floor | attainable | Chord | Humming "
              "| Chord / attainable | 90 % reachable |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
+    bytes_rows = [r for r in rows if r["bound"] == "bytes"]
+    for r in bytes_rows:
         rel = _pct(r["chord"] / r["attainable"]) if r["chord"] else "-"
         lines.append(f"| {r['path']} | {r['scenario']} | {r['dist']} | {r['T']} | {r['floor_us']:.1f} ({r['mb']:.0f}) | "
                      f"{r['compute_share']:.2f} | {_pct(r['attainable'])} | {_pct(r['chord'])} | {_pct(r['humming'])} | {rel} | "
                      f"{'yes' if r['attainable'] >= target else 'no'} |")
-    reachable = sum(r["attainable"] >= target for r in rows)
-    lines.append("")
-    lines.append(f"{len(rows)} bytes-bound points; {reachable} could reach {100 * target:.0f} % of the bytes floor "
-                 f"at a copy's speed, {len(rows) - reachable} could not.")
+    reachable = sum(r["attainable"] >= target for r in bytes_rows)
+    lines += ["", f"{len(bytes_rows)} bytes-bound points; {reachable} could reach {100 * target:.0f} % of the bytes floor "
+              f"at a copy's speed, {len(bytes_rows) - reachable} could not."]
+    launch_rows = [r for r in rows if r["bound"] == "launch"]
+    if launch_rows:
+        lines += ["", f"| path | scenario | router | T | bytes floor µs | copy-speed µs | Chord µs | Humming µs | "
+                  f"Humming / copy-speed | {speedup:.1f}x reachable |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in launch_rows:
+            best = r["humming_us"] / r["copy_us"] if r["humming_us"] else None
+            lines.append(f"| {r['path']} | {r['scenario']} | {r['dist']} | {r['T']} | {r['floor_us']:.1f} | {r['copy_us']:.1f} | "
+                         f"{_us(r['chord_us'])} | {_us(r['humming_us'])} | {'-' if best is None else f'{best:.2f}x'} | "
+                         f"{'-' if best is None else ('yes' if best >= speedup else 'no')} |")
+        short = sum(1 for r in launch_rows if r["humming_us"] and r["humming_us"] / r["copy_us"] < speedup)
+        lines += ["", f"{len(launch_rows)} launch-bound points; at {short} even a copy-speed kernel would be under "
+                  f"{speedup:.1f}x Humming."]
     return "\n".join(lines)
 
 

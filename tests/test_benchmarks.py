@@ -345,7 +345,11 @@ def test_attainable_share_from_the_copy_probe():
     assert by["grouped_contiguous", "ep32", "uniform", 8]["attainable"] < 0.9
     assert by["grouped_contiguous", "ep8", "uniform", 20]["attainable"] > 0.95
     assert all(0 < r["attainable"] < 1 for r in rows)
-    assert "could not" in A.render(rows)
+    assert {r["bound"] for r in rows} == {"bytes", "launch"}  # the compute-bound points are left out
+    t1 = by["grouped_masked", "ep8", "uniform", 1]
+    assert t1["bound"] == "launch" and t1["floor_us"] < t1["copy_us"] < t1["humming_us"]
+    text = A.render(rows)
+    assert "could not" in text and "launch-bound points" in text
 
 
 # ---------------------------------------------------------------------------------------
