@@ -12,6 +12,7 @@
 #   bash benchmarks/ab_tree.sh HEAD gv47r --patch $S/2026-12-05_gv47_decode_16/gv47r.diff
 #   bash benchmarks/ab_tree.sh HEAD gv48 --patch $S/2026-12-05_gv48_few_wave_32/gv48.diff
 #   bash benchmarks/ab_tree.sh HEAD gv48s --patch $S/2026-12-05_gv48_few_wave_32/gv48s.diff
+#   bash benchmarks/ab_tree.sh HEAD iv59 --patch $S/2026-12-05_iv59_short_k_512/iv59.diff
 #   bash benchmarks/ab_tree.sh 07899e8          # main before gv43/gv44, for abdec
 #   bash benchmarks/ab_tree.sh 01ac629          # main before gv42, for gv42h200
 #   mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19 packaging   (if .whl is gone)
@@ -27,7 +28,9 @@
 #   4. APPLY="" grpgrid (~5 min, an H200): the grouped grid at main (v43, v44, v46 in; the H200
 #      section of docs/performance.md is at 18e989a), APPLY="gv47 gv48" etc. for the winners
 #   5. idxgrid tp8dn (~5 min, an H200 for idxgrid): the indexed grid at main, then TP8 T=2048 down
-#      on the 512 x 56 tile loop by override (indexed-kernels.md v59; no tree)
+#      on the 512 x 56 tile loop by override (indexed-kernels.md v59; no tree); if it won at both
+#      clocks, iv59chk (~4 min, a call of its own) checks the dispatch change on the GPU, then land
+#      it (git apply benchmarks/results/sweeps/2026-12-05_iv59_short_k_512/iv59.diff)
 #   6. feedmid stream (~5 min, either GPU): mid batch against its feed-only build, then the weight
 #      stream alone in the packed layout's runs and in contiguous ones (indexed-kernels.md v60: do
 #      the loads alone reach the bytes floor at mid batch, and does the layout cost DRAM?)
@@ -221,6 +224,9 @@ for step in "$@"; do
         "$D/ab_feedmid_grouped" grouped "--paths grouped_contiguous --scenarios ep16,ep32 --tokens 64,128 --dists uniform" \
         base=. feed=.
       st feedmid_grouped $? ;;
+    iv59chk)  # iv59 (short-K blocks of 33-56 rows on the 512-row tile loop, indexed-kernels.md v59):
+      # indexed_tree_checks (its new graph-replay test among them, the wgmma sanitizer cases with its two)
+      indexed_tree_checks iv59 ;;
     tp8dn)  # TP8 T=2048 down (56-row blocks, K=256) on the 512 x 56 tile loop, 4 consumer warpgroups
       # (gate_up's kernel there), by override, against main's 256 x 56 stream-K tile: both routings,
       # ncu ABBA at boost then base clock (~3 min; indexed-kernels.md v59)
@@ -240,7 +246,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install gv47chk abgv47 gv48chk abgv48 grpgrid idxgrid tp8dn feedmid stream abdec gv42h200 grpchk probe feed split)" >&2 ;;
+    *) echo "unknown step $step (install gv47chk abgv47 gv48chk abgv48 grpgrid idxgrid tp8dn iv59chk feedmid stream abdec gv42h200 grpchk probe feed split)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
