@@ -11,9 +11,9 @@ copy moves as many bytes would reach
     attainable = bytes floor / sum over projections of (bytes / copy rate + overhead(bytes))
 
 of the floor, with overhead() read off the probe (linear in log bytes between its sizes, its end
-values beyond them). It is an upper bound for a streaming kernel, not a model of ours: a point
-whose attainable share is under the target (90 %) misses it whatever the kernel does, under this
-timing method. The bound leaves the MMAs out: the table also gives the compute floor over the
+values beyond them). It is a yardstick for a streaming kernel, not a model of ours, and not a hard
+bound (a stream that mostly reads may beat a copy by a few percent): a point whose attainable share
+is under the target (90 %) is not expected to meet it under this timing method, whatever the kernel. The bound leaves the MMAs out: the table also gives the compute floor over the
 bytes floor, and where that is near 1 (about 43 routed rows an expert on Kimi's shapes) a kernel
 at 90 % of its bytes floor must also run its tensor cores at about that share of the dense rate
 all through the stream. For the launch-bound points (both floors under 60 µs; target 1.3x
