@@ -28,7 +28,6 @@ def mainloop_rows(records: list[dict]) -> list[str]:
     return out
 
 
-
 def weight_stream_rows(records: list[dict]) -> list[str]:
     ceiling = {r["proj"]: r["gbs"] for r in records if r["pattern"] == "read_stream"}
     rings: dict[tuple, dict[str, float]] = {}
@@ -50,7 +49,6 @@ def weight_stream_rows(records: list[dict]) -> list[str]:
     for proj, gbs in ceiling.items():
         out.append(f"| {proj} | read_stream |  |  | {gbs:.0f} |  |  |  |  |")
     return out
-
 
 
 def main(argv: list[str]) -> int:
