@@ -25,17 +25,18 @@
 #   3. gv48chk abgv48 (~6 min; two calls if the first ran long): EP32 T=32's 32-row tiles off the
 #      512 x 32 tile loop where it makes under 1.4 waves (grouped v48: gv48 the 256 x 32 tile loop,
 #      gv48s the 32-row stream-K mma tile)
-#   4. APPLY="" grpgrid (~5 min, an H200): the grouped grid at main (v43, v44, v46 in; the H200
-#      section of docs/performance.md is at 18e989a), APPLY="gv47 gv48" etc. for the winners
-#   5. idxgrid tp8dn (~5 min, an H200 for idxgrid): the indexed grid at main, then TP8 T=2048 down
-#      on the 512 x 56 tile loop by override (indexed-kernels.md v59; no tree); if it won at both
-#      clocks, iv59chk (~4 min, a call of its own) checks the dispatch change on the GPU, then land
-#      it (git apply benchmarks/results/sweeps/2026-12-05_iv59_short_k_512/iv59.diff)
-#   6. feedmid stream (~5 min, either GPU): mid batch against its feed-only build, then the weight
+#   4. feedmid stream tp8dn (~8 min, either GPU): mid batch against its feed-only build, the weight
 #      stream alone in the packed layout's runs and in contiguous ones (indexed-kernels.md v60: do
-#      the loads alone reach the bytes floor at mid batch, and does the layout cost DRAM?)
+#      the loads alone reach the bytes floor at mid batch, and does the layout cost DRAM?), then
+#      TP8 T=2048 down on the 512 x 56 tile loop by override (v59; no tree)
+#   5. APPLY="" grpgrid (~5 min, an H200): the grouped grid at main (v43, v44, v46 in; the H200
+#      section of docs/performance.md is at 18e989a), APPLY="gv47 gv48" etc. for the winners
+#   6. idxgrid (~2 min, an H200), with iv59chk (~4 min) in the same call if tp8dn won at both
+#      clocks (then land it: git apply benchmarks/results/sweeps/2026-12-05_iv59_short_k_512/iv59.diff)
 #   7. abdec (~4 min, an H200): gv43 + gv44 against 07899e8, the grouped decode of both forms
 #   8. gv42h200 (~4 min, an H200): gv42 against its parent on the prefill down where the H200 grid moved
+# About 45 minutes in all: a 30-minute session reaches step 5 or 6. The order puts the candidates
+# and the diagnostics (progress and the next direction) before the reports and the re-checks.
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere. After the session: land the winners (git apply; gv47 and gv48 each add a variant to
 # the last line of grouped_launch_variants: land one, `git apply -3` the other, keep both), move
