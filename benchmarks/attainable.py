@@ -90,11 +90,10 @@ def point_rows(results: dict, table: list[tuple[int, float]]) -> list[dict]:
         if fl.bound == "compute":
             continue
         times = {side: (s["sum_us"] if s and s.get("sum_us") else None) for side, s in p["sides"].items()}
+        copy_us = copy_time_us(projs, ceil["copy_gbs"], table)
         out.append({"path": p["path"], "scenario": p["scenario"], "dist": p["dist"], "T": p["tokens"], "bound": fl.bound,
-                    "floor_us": fl.bytes_us, "mb": sum(map(projection_nbytes, projs)) / MB,
-                    "compute_share": fl.compute_us / fl.bytes_us,
-                    "copy_us": copy_time_us(projs, ceil["copy_gbs"], table),
-                    "attainable": attainable_share(projs, ceil["copy_gbs"], table),
+                    "floor_us": fl.bytes_us, "mb": fl.nbytes / MB, "compute_share": fl.compute_us / fl.bytes_us,
+                    "copy_us": copy_us, "attainable": fl.bytes_us / copy_us,  # attainable_share, its parts at hand
                     "chord_us": times.get("chord"), "humming_us": times.get("humming"),
                     "chord": fl.bytes_us / times["chord"] if times.get("chord") else None,
                     "humming": fl.bytes_us / times["humming"] if times.get("humming") else None})
