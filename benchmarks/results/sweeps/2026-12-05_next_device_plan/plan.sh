@@ -35,8 +35,11 @@
 #      clocks (then land it: git apply benchmarks/results/sweeps/2026-12-05_iv59_short_k_512/iv59.diff)
 #   7. abdec (~4 min, an H200): gv43 + gv44 against 07899e8, the grouped decode of both forms
 #   8. gv42h200 (~4 min, an H200): gv42 against its parent on the prefill down where the H200 grid moved
-# About 45 minutes in all: a 30-minute session reaches step 5 or 6. The order puts the candidates
-# and the diagnostics (progress and the next direction) before the reports and the re-checks.
+# About 45 minutes in all: a 30-minute session reaches step 5 or 6. Where refused starts have eaten
+# the budget (each costs 90-180 s of it), one call can still land a candidate by itself:
+# `install tp8dn iv59chk stream` (~8 min: v59's measurement, its checks, the probe); with ~5 minutes
+# left, `install tp8dn stream`. The order puts the candidates and the diagnostics (progress and
+# the next direction) before the reports and the re-checks.
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere. After the session: land the winners (git apply; gv47 and gv48 each add a variant to
 # the last line of grouped_launch_variants: land one, `git apply -3` the other, keep both), move
