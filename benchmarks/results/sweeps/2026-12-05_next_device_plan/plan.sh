@@ -37,8 +37,9 @@
 #   8. gv42h200 (~4 min, an H200): gv42 against its parent on the prefill down where the H200 grid moved
 # About 45 minutes in all: a 30-minute session reaches step 5 or 6. Where refused starts have eaten
 # the budget (each costs 90-180 s of it), one call can still land a candidate by itself:
-# `install tp8dn iv59chk stream` (~8 min: v59's measurement, its checks, the probe); with ~5 minutes
-# left, `install tp8dn stream`. The order puts the candidates and the diagnostics (progress and
+# `install tp8dn iv59chk stream` (~8 min: v59's measurement, its checks, the probe; iv59 lands if
+# tp8dn wins at both clocks and iv59chk is clean); with ~5 minutes left, `install tp8dn stream`
+# (measures only: iv59chk then waits for the next call). The order puts the candidates and the diagnostics (progress and
 # the next direction) before the reports and the re-checks.
 # A candidate wins if it is faster at both clocks where it changes a kernel and not slower
 # elsewhere. After the session: land the winners (git apply; gv47 and gv48 each add a variant to
