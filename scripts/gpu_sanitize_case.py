@@ -134,6 +134,10 @@ grouped_case("grouped 512 x 24", 4096, 1024, [12] * 20 + [30, 0, 5, 26], 768, 12
 # resident CTAs, the last wave split along K (partials through the workspace); experts of 0, 5,
 # 24 and 30 rows (two tiles; masked clamps to 32).
 grouped_case("grouped 256 x 24 tile loop", 4096, 4096, [14] * 8 + [0, 5, 24, 30], 384, 14, 32, 14)
+# The few-wave 32-row tile (dispatch.few_wave_32; grouped v48): 22 expected rows on 12 experts,
+# N 4096 on K 1024 (96 tiles of 512 x 32 for the 132 SMs), the 256 x 32 tile loop in their place;
+# experts of 0, 5, 33 and 40 rows (two tiles; the masked call reads 48 rows an expert).
+grouped_case("grouped few-wave 32-row tiles", 4096, 1024, [22] * 8 + [0, 5, 33, 40], 576, 22, 48, 22)
 # The wide decode tile (dispatch.widen_decode: 256 weight rows in 128-column stages, NT 4) on K
 # 1024: 4 expected rows on 48 experts, ~780 tiles of 8 stages on the 396 resident CTAs (most
 # tiles split over two CTAs), an empty expert and two of 9-12 rows (two tiles).

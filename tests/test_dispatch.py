@@ -464,8 +464,7 @@ def test_grouped_block_k_128_avoids_per_step_operand_loads():
 
 
 @pytest.mark.parametrize("experts,rows,n,k", [(24, 21, 4096, 7168),  # EP16 T=64 gate_up (split in two until v23)
-                                              (12, 21, 4096, 7168),  # EP32 T=32
-                                              (48, 21, 4096, 7168),  # EP8 T=128
+                                              (48, 21, 4096, 7168),  # EP8 T=128 (EP32 T=32: few_wave_32)
                                               (48, 21, 7168, 2048)])  # EP8 T=128 down
 def test_grouped_4_warpgroup_tiles_loop(experts, rows, n, k):
     # the 512 x 32 tile on the tile loop (its split tail, on the device, takes a short last wave);
@@ -768,6 +767,30 @@ def test_grouped_shallow_decode_ring_where_tiles_fill_the_ctas():
         assert dispatch.grouped_shallow_decode(routing, block_k).spec.symbol in symbols
     assert dispatch.grouped_shallow_decode("masked", 64) is None
     assert dispatch.grouped_shallow_decode("contiguous_offsets", 128) is None
+
+
+def test_grouped_few_wave_32_row_tiles():
+    """17-32 expected rows an expert where the 512 x 32 tiles make under MID_BATCH_24_MIN_WAVES
+    waves (EP32 T=32: 22 rows on 12 experts, both projections) take the 256 x 32 tile loop in the
+    offsets and masked forms (grouped-kernels.md v48). Not where the waves suffice (EP16 T=64: 1.45 waves of gate_up), not the
+    DeepGEMM form. Precompile reaches it."""
+    def pick(routing, experts, rows, n, k):
+        return dispatch.select_grouped(GroupedProblem(routing, n, k, experts, rows, 128 if routing == "masked" else 64))
+
+    for routing in ("contiguous_offsets", "masked"):
+        block_k = 128 if routing == "masked" else 64
+        for n, k in ((4096, 7168), (7168, 2048)):
+            for rows in (17, 22, 24):
+                launch = pick(routing, 12, rows, n, k)
+                assert launch.spec.symbol == dispatch.grouped_few_wave_32(routing, n, block_k).spec.symbol, (routing, n, rows)
+                assert launch.rows_per_cta == 32
+            launch = pick(routing, 24, 22, n, k)
+            assert (launch.spec.family, launch.spec.config["CWG"], launch.rows_per_cta) == ("grouped_wgmma", 4, 32)
+    assert pick("contiguous", 12, 22, 4096, 7168).spec.config["CWG"] == 4
+    symbols = {launch.spec.symbol for launch in dispatch.grouped_reachable_launches()}
+    for routing, block_k in (("contiguous_offsets", 64), ("masked", 128)):
+        for n in (4096, 7168):
+            assert dispatch.grouped_few_wave_32(routing, n, block_k).spec.symbol in symbols
 
 
 def test_grouped_narrow_mid_batch_where_512_x_24_tiles_are_too_few_for_the_loop():

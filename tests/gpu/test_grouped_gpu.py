@@ -480,6 +480,27 @@ def test_shallow_decode_ring(shape, expected_m, routing_name, tile_family, monke
 
 
 @pytest.mark.parametrize("routing_name", ["contiguous_offsets", "masked"])
+@pytest.mark.parametrize("shape", [EP32_GATE_UP, SHAPES["ep32_down"]])
+def test_few_wave_32_row_tile(shape, routing_name, tile_family, monkeypatch):
+    """22 expected rows on 12 experts (EP32 T=32) in the offsets and masked forms take
+    the 256 x 32 tile loop (dispatch.few_wave_32; grouped-kernels.md v48): the reference on
+    uniform and skewed counts (an empty expert, experts over one 32-row tile, few busy experts:
+    long runs, split tiles), the same bits run to run, rows past the counts never written, graph
+    replays with the counts changed, the locks left zero."""
+    from chord_kernels import dispatch, ops
+
+    if tile_family != "auto":
+        pytest.skip("the few-wave 32-row tile is the dispatch's own choice")
+    monkeypatch.setattr(ops, "_grouped_plans", {})
+    bufs = FormBuffers(routing_name, shape, 48, 22, seed=81)
+    graph = bufs.capture()
+    launch = next(iter(ops._grouped_plans.values()))[1]
+    block_k = 128 if routing_name == "masked" else 64
+    assert launch.spec.symbol == dispatch.grouped_few_wave_32(routing_name, shape[1], block_k).spec.symbol
+    bufs.check_count_draws(graph, 82, "the few-wave 32-row tiles' split sums")
+
+
+@pytest.mark.parametrize("routing_name", ["contiguous_offsets", "masked"])
 def test_narrow_mid_batch_24_row_tile(routing_name, tile_family, monkeypatch):
     """14 expected rows on 12 experts (EP32 T=20 gate_up) in the offsets and masked forms take the
     256 x 24 tile loop (dispatch.narrow_mid_batch; grouped-kernels.md v46): the reference on

@@ -12,6 +12,7 @@ from ..wave_model import expected_waves, mean_row_tiles
 from .blocks import (
     BLOCK_COST_SCALE,
     INDEXED_BLOCK_M_CHOICES,
+    MID_BATCH_24_MIN_WAVES,
     MID_BATCH_BLOCK_CHOICES,
     PREFILL_BLOCK_M_CHOICES,
     PREFILL_TOLERANCE,
@@ -354,6 +355,42 @@ def narrow_mid_batch(problem: GroupedProblem, launch: Launch, arch: str = DEFAUL
     return grouped_narrow_mid_batch(problem.routing, problem.n, problem.block_k, arch)
 
 
+# Mid batch of 17-32 expected rows an expert on few experts (grouped v48). Those tiles ran the
+# 512 x 32 tile (4 consumer warpgroups) on the tile loop whatever its waves: at EP32 T=32 (22 rows
+# on 12 experts) 96 tiles for gate_up (0.73 waves on 132 SMs) and 168 for down (1.27). Where the
+# 512 x 32 tiles make under MID_BATCH_24_MIN_WAVES waves, the 256 x 32 tile loop (2 consumer
+# warpgroups, the deepest ring wgmma_streamk_shape gives it, twice the tiles: 1.45 / 2.5 waves)
+# takes them. Measured on the H200 (2026-12-06, both clocks): EP32 T=32 gate_up -6 to -11 %, down
+# -2 to -6 % (masked uniform down at base clock +0.8 %, within its runs' spread); the 32-row
+# stream-K mma tile in its place lost by 20-41 % (grouped-kernels.md v48).
+FEW_WAVE_32_ROWS = 32
+
+
+def grouped_few_wave_32(routing: str, n: int, block_k: int, arch: str = DEFAULT_ARCH) -> Launch:
+    """The 256 x 32 tile loop for 32-row tiles of the offsets and masked forms on n weight rows."""
+    cfg = wgmma_streamk_shape(n, FEW_WAVE_32_ROWS)  # the 2-warpgroup tile, its deepest ring
+    return grouped_wgmma(routing, cfg["WM"], cfg["BN"], cfg["STAGES"], block_k, arch, cwg=2, loop=True)
+
+
+def is_mid_batch_32(routing: str, launch: Launch) -> bool:
+    """``launch`` is the offsets or masked form's 512 x 32 tile loop (4 consumer warpgroups; not a
+    K split that CHORD_GROUPED_SPLIT_K forced)."""
+    return (routing != "contiguous" and launch.spec.family == "grouped_wgmma" and launch.spec.config["CWG"] == 4
+            and launch.tile_loop and launch.rows_per_cta == FEW_WAVE_32_ROWS)
+
+
+def few_wave_32(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH, sms: int = H200_SMS) -> Launch:
+    """``launch``, or grouped_few_wave_32 where ``launch`` is the 512 x 32 tile (is_mid_batch_32)
+    and its expected tiles make under MID_BATCH_24_MIN_WAVES waves on ``sms``."""
+    if not is_mid_batch_32(problem.routing, launch):
+        return launch
+    tiles = mean_row_tiles(problem.rows_per_expert, problem.num_experts, FEW_WAVE_32_ROWS) * \
+        -(-problem.n // launch.cols_per_cta)
+    if tiles >= MID_BATCH_24_MIN_WAVES * sms:
+        return launch
+    return grouped_few_wave_32(problem.routing, problem.n, problem.block_k, arch)
+
+
 # The K split of the one-CTA 4-warpgroup tile over a cluster (grouped-kernels.md v10): since the
 # 4-warpgroup tile runs on the tile loop, whose split tail covers a short last wave, only
 # CHORD_GROUPED_SPLIT_K picks it (the loop measured 4-12 % faster than the auto split at EP16
@@ -517,6 +554,10 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
         if chosen is not launch:
             why += (f"; the wide decode tile ({WIDE_DECODE_TILES_PER_CTA}+ expected tiles a resident CTA, "
                     f"or {MMA_WHOLE_FILL}-1: one wave of whole tiles)")
+    few = few_wave_32(problem, chosen, arch, sms)  # (only the 512 x 32 tile loop: no other rule takes it)
+    if few is not chosen:
+        chosen = few
+        why += f"; the 256 x 32 tile loop (under {MID_BATCH_24_MIN_WAVES} waves of 512 x 32 tiles)"
     if chosen.pick:
         why += f"; paired with {chosen.pick[0].spec.describe()} (the device picks)"
     report_choice(problem, chosen.spec, why)
@@ -563,8 +604,9 @@ def grouped_launch_variants(routing: str, n: int, k: int, rows: int, block_k: in
     wide = grouped_wide_decode(routing, n, k, block_k, arch) if rows == 8 else None
     shallow = grouped_shallow_decode(routing, block_k, arch) if replaces_decode_ring(launch) else None
     narrow = grouped_narrow_mid_batch(routing, n, block_k, arch) if rows == 16 and takes_narrow_mid_batch(routing, n, k) else None
+    few = grouped_few_wave_32(routing, n, block_k, arch) if is_mid_batch_32(routing, launch) else None
     return [launch] + [grouped_launch(routing, n, k, rows, block_k, arch, s) for s in splits] + \
-        [d for d in (wide, shallow, narrow) if d is not None]
+        [d for d in (wide, shallow, narrow, few) if d is not None]
 
 
 def grouped_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
