@@ -153,3 +153,7 @@ grouped_case("grouped wide decode, one wave whole", 4096, 1024, [5] * 18 + [0, 7
 # replaces the wide tile: an expert of 17 rows (three tiles), an empty one.
 grouped_case("grouped 2-stage decode ring", 4096, 1024, [2] * 45 + [0, 9, 13], 768, 2, 16, 2)
 grouped_case("grouped 2-stage decode ring, 4 rows", 4096, 1024, [4] * 46 + [0, 17], 768, 4, 16, 4)
+# The 16-row decode tile (dispatch.decode_16; grouped v47): 7 expected rows on 24
+# experts, N 4096 on K 1024 (~770 tiles of 4 stages over the resident CTAs: split tiles), an empty
+# expert, one of 3 rows and two of 12 and 17 (two tiles).
+grouped_case("grouped 16-row decode", 4096, 1024, [7] * 20 + [0, 3, 12, 17], 768, 7, 32, 7)

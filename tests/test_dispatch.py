@@ -722,7 +722,7 @@ def test_grouped_wide_decode_tile_where_tiles_fill_the_ctas():
 
     wide = {"NT": 4, "TT": 1, "STAGE_K": 128, "STAGES": 3}
     for routing in dispatch.WIDE_DECODE_ROUTINGS:
-        for experts, rows, n, k in ((12, 5, 7168, 2048), (12, 6, 7168, 2048)):  # one wave of whole tiles
+        for experts, rows, n, k in ((12, 5, 7168, 2048),):  # one wave of whole tiles (6 rows: decode_16)
             launch = pick(routing, experts, rows, n, k)
             assert {key: launch.spec.config[key] for key in wide} == wide, (routing, experts, rows, n)
             assert (launch.rows_per_cta, launch.cols_per_cta) == (8, 256)
@@ -751,11 +751,11 @@ def test_grouped_shallow_decode_ring_where_tiles_fill_the_ctas():
     shallow = {"NT": 2, "TT": 1, "STAGE_K": 256, "STAGES": 2}
     for routing in dispatch.SHALLOW_DECODE_FORMS:
         for experts, rows, n, k in ((48, 2, 4096, 7168), (48, 2, 7168, 2048), (48, 4, 4096, 7168), (48, 4, 7168, 2048),
-                                    (48, 6, 4096, 7168), (48, 6, 7168, 2048), (24, 3, 7168, 2048), (24, 7, 7168, 2048)):
+                                    (48, 5, 4096, 7168), (48, 5, 7168, 2048), (24, 3, 7168, 2048), (24, 5, 7168, 2048)):
             launch = pick(routing, experts, rows, n, k)
             assert {key: launch.spec.config[key] for key in shallow} == shallow, (routing, experts, rows, n)
             assert launch.spec.min_blocks_per_sm == 4 and (launch.rows_per_cta, launch.cols_per_cta) == (8, 128)
-        for experts, rows, n, k in ((48, 1, 4096, 7168), (48, 1, 7168, 2048), (24, 3, 4096, 7168), (24, 7, 4096, 7168),
+        for experts, rows, n, k in ((48, 1, 4096, 7168), (48, 1, 7168, 2048), (24, 3, 4096, 7168), (24, 5, 4096, 7168),
                                     (12, 5, 4096, 7168)):
             launch = pick(routing, experts, rows, n, k)
             assert (launch.spec.config["NT"], launch.spec.config["STAGES"], launch.spec.min_blocks_per_sm) == (2, 3, 3)
@@ -818,6 +818,28 @@ def test_grouped_narrow_mid_batch_where_512_x_24_tiles_are_too_few_for_the_loop(
     symbols = {launch.spec.symbol for launch in dispatch.grouped_reachable_launches()}
     for routing, block_k in (("contiguous_offsets", 64), ("masked", 128)):
         assert dispatch.grouped_narrow_mid_batch(routing, 4096, block_k).spec.symbol in symbols
+
+
+def test_grouped_decode_16_row_tile_from_7_rows():
+    """From DECODE_16_MIN_ROWS expected rows an expert the offsets and masked forms on deep K run
+    the 16-row decode tile (NT 2, TT 2) on DECODE_16_STAGES stages in place of the 8-row tile and
+    its rings (grouped-kernels.md v47): EP16 T=20 (7 rows) and beyond. Not at 6 rows or fewer
+    (EP8 T=32 and EP32 T=8, where it measured slower), not the DeepGEMM form."""
+    def pick(routing, experts, rows, n, k):
+        return dispatch.select_grouped(GroupedProblem(routing, n, k, experts, rows, 128 if routing == "masked" else 64))
+
+    for routing in dispatch.SHALLOW_DECODE_FORMS:
+        for experts, rows in ((48, 7), (24, 7), (12, 7)):
+            for n, k in ((4096, 7168), (7168, 2048)):
+                cfg = pick(routing, experts, rows, n, k).spec.config
+                assert (cfg["NT"], cfg["TT"], cfg["STAGES"]) == (2, 2, dispatch.DECODE_16_STAGES), (routing, experts, rows, n)
+        for experts, rows in ((48, 6), (24, 6), (12, 6), (24, 3)):
+            for n, k in ((4096, 7168), (7168, 2048)):
+                assert pick(routing, experts, rows, n, k).spec.config["TT"] == 1, (routing, experts, rows, n)
+    assert pick("contiguous", 24, 7, 4096, 7168).spec.config["TT"] == 1
+    symbols = {launch.spec.symbol for launch in dispatch.grouped_reachable_launches()}
+    for routing, block_k in dispatch.SHALLOW_DECODE_FORMS.items():
+        assert dispatch.grouped_decode_16(routing, block_k).spec.symbol in symbols
 
 
 def test_wide_decode_whole_fill_mirrors_the_device_rule():

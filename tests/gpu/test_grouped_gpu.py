@@ -521,6 +521,28 @@ def test_narrow_mid_batch_24_row_tile(routing_name, tile_family, monkeypatch):
 
 
 @pytest.mark.parametrize("routing_name", ["contiguous_offsets", "masked"])
+@pytest.mark.parametrize("shape", [(24, 4096, 7168), (24, 7168, 2048)])
+def test_decode_16_row_tile(shape, routing_name, tile_family, monkeypatch):
+    """7 expected rows on 24 experts (EP16 T=20) in the offsets and masked forms take the 16-row
+    decode tile (dispatch.decode_16; grouped-kernels.md v47): the reference on uniform and skewed
+    counts (an empty expert, experts over one 16-row tile, few busy experts: long runs split over
+    CTAs), the same bits run to run, rows past the counts never written, graph replays with the
+    counts changed, the locks left zero."""
+    from chord_kernels import ops
+    from chord_kernels.dispatch import DECODE_16_STAGES
+
+    if tile_family != "auto":
+        pytest.skip("the 16-row decode tile is the dispatch's own choice")
+    monkeypatch.setattr(ops, "_grouped_plans", {})
+    bufs = FormBuffers(routing_name, shape, 32, 7, seed=71)
+    graph = bufs.capture()
+    launch = next(iter(ops._grouped_plans.values()))[1]
+    cfg = launch.spec.config
+    assert (launch.spec.family, cfg["TT"], cfg["NT"], cfg["STAGES"]) == ("grouped_mma_sk", 2, 2, DECODE_16_STAGES)
+    bufs.check_count_draws(graph, 72, "the 16-row decode tile's split sums")
+
+
+@pytest.mark.parametrize("routing_name", ["contiguous_offsets", "masked"])
 def test_decode_one_wave_of_whole_tiles(routing_name, tile_family, monkeypatch):
     """EP32 decode (5 expected rows on 12 experts, down) takes the wide decode tile for one wave
     of whole tiles (dispatch.widen_decode, MMA_WHOLE_FILL). Under one graph the counts then give

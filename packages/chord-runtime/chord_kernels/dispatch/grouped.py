@@ -265,6 +265,34 @@ def widen_decode(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_AR
     return wide if tiles >= WIDE_DECODE_TILES_PER_CTA * ctas or MMA_WHOLE_FILL * ctas <= tiles <= ctas else launch
 
 
+# Decode at 7+ expected rows an expert (grouped v47): an 8-row tile reads an expert's weights over
+# the whole K once a row tile, and Poisson(7) rows pass 8 for ~27 % of the experts, so 8-row tiles
+# read ~1.27x the weight bytes of 16-row tiles, which hold nearly every expert in one. Humming's
+# EP16 T=20 kernel is a 16-row tile (256 x 16, whole tiles, 2 CTAs an SM). The 16-row tile of the
+# stream-K mma kernel (NT 2, TT 2) on a 2-stage ring (3 CTAs an SM) takes the 8-row tile's place.
+# Measured on the H200 (2026-12-06, both clocks): EP16 T=20 -4 to -17 % on both projections and
+# forms; at a hint of 6 (EP8 T=32 and EP32 T=8, true mean 5.3 rows) +9 to +26 % slower, so the
+# bound is 7 (the masked skewed EP16 T=20 call, hinted 6, keeps the 8-row tile). The 3-stage ring
+# (2 CTAs an SM) won less at EP16 and lost more at 6 (grouped-kernels.md v47).
+DECODE_16_MIN_ROWS = 7
+DECODE_16_STAGES = 2
+
+
+def grouped_decode_16(routing: str, block_k: int, arch: str = DEFAULT_ARCH) -> Launch:
+    """The 16-row decode tile (NT 2, TT 2, 256-column stages) on its DECODE_16_STAGES ring."""
+    return grouped_mma_streamk(routing, 2, 2, 256, block_k, DECODE_16_STAGES, arch)
+
+
+def decode_16(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH) -> Launch:
+    """``launch``, or grouped_decode_16 where ``launch`` is the offsets or masked form's 8-row
+    decode tile on deep K and the experts expect DECODE_16_MIN_ROWS+ rows."""
+    cfg = launch.spec.config
+    if (launch.spec.family != "grouped_mma_sk" or cfg["TT"] != 1 or problem.routing not in SHALLOW_DECODE_FORMS
+            or problem.k < WGMMA_MIN_K or problem.rows_per_expert < DECODE_16_MIN_ROWS):
+        return launch
+    return grouped_decode_16(problem.routing, problem.block_k, arch)
+
+
 # The 8 x 128 decode tile (NT 2, TT 1, STAGE_K 256) on a 2-stage ring at 4 CTAs an SM, the
 # grouped form of indexed v47 (indexed.MANY_TILES_RING), where the call expects at least
 # SHALLOW_DECODE_TILES_PER_CTA tiles a resident CTA from SHALLOW_DECODE_MIN_ROWS rows an expert,
@@ -542,6 +570,7 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
     elif problem.routing in TALL_TILE_ROUTINGS:
         launch = pair_with_tall_tile(problem, launch, candidates, sms)
     why = "wave model, cost against the first: " + "; ".join(weighed)
+    launch = decode_16(problem, launch, arch)  # (before the rings: where it applies, none of them does)
     chosen = shallow_decode(problem, launch, arch, sms)  # (the decode ring first: where it fills, it wins)
     narrow = narrow_mid_batch(problem, launch, arch, sms)
     if narrow is not launch:
@@ -602,11 +631,13 @@ def grouped_launch_variants(routing: str, n: int, k: int, rows: int, block_k: in
     launch = grouped_launch(routing, n, k, rows, block_k, arch)
     splits = split_k_choices(k, block_k)[1:] if splits_k(launch) else ()
     wide = grouped_wide_decode(routing, n, k, block_k, arch) if rows == 8 else None
+    d16 = (grouped_decode_16(routing, block_k, arch) if rows == 8 and routing in SHALLOW_DECODE_FORMS
+           and k >= WGMMA_MIN_K else None)
     shallow = grouped_shallow_decode(routing, block_k, arch) if replaces_decode_ring(launch) else None
     narrow = grouped_narrow_mid_batch(routing, n, block_k, arch) if rows == 16 and takes_narrow_mid_batch(routing, n, k) else None
     few = grouped_few_wave_32(routing, n, block_k, arch) if is_mid_batch_32(routing, launch) else None
     return [launch] + [grouped_launch(routing, n, k, rows, block_k, arch, s) for s in splits] + \
-        [d for d in (wide, shallow, narrow, few) if d is not None]
+        [d for d in (wide, shallow, narrow, few, d16) if d is not None]
 
 
 def grouped_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
