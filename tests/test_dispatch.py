@@ -741,10 +741,11 @@ def test_grouped_wide_decode_tile_where_tiles_fill_the_ctas():
 
 def test_grouped_shallow_decode_ring_where_tiles_fill_the_ctas():
     """The 8 x 128 decode tile of the offsets and masked forms takes a 2-stage ring at 4 CTAs an SM
-    where the call expects SHALLOW_DECODE_TILES_PER_CTA of its tiles a resident CTA from 2 rows an
-    expert, in place of the 3-stage ring and of the wide tile (grouped-kernels.md v43, v44): EP8
-    T=8/20/32 both projections, EP16 T=8/20 down. Not EP16 gate_up (1.4 tiles a CTA), not at 1
-    expected row (T=1), not EP32; not the DeepGEMM form (not measured)."""
+    where the call expects SHALLOW_DECODE_TILES_PER_CTA of its tiles a resident CTA at 2-5 rows an
+    expert, in place of the 3-stage ring and of the wide tile (grouped-kernels.md v43, v44, v49):
+    EP8 T=8/20 both projections, EP16 T=8/20 down. Not EP16 gate_up (1.4 tiles a CTA), not at 1
+    expected row (T=1), not at 6 (EP8 T=32: the wide tile, v49), not EP32; not the DeepGEMM form
+    (not measured)."""
     def pick(routing, experts, rows, n, k):
         return dispatch.select_grouped(GroupedProblem(routing, n, k, experts, rows, 128 if routing == "masked" else 64))
 
@@ -760,6 +761,9 @@ def test_grouped_shallow_decode_ring_where_tiles_fill_the_ctas():
             launch = pick(routing, experts, rows, n, k)
             assert (launch.spec.config["NT"], launch.spec.config["STAGES"], launch.spec.min_blocks_per_sm) == (2, 3, 3)
         assert pick(routing, 12, 5, 7168, 2048).spec.config["NT"] == 4  # the wide tile, one wave whole
+        for n, k in ((4096, 7168), (7168, 2048)):  # 6 rows: the wide tile again (H200, v49)
+            launch = pick(routing, 48, 6, n, k)
+            assert (launch.spec.config["NT"], launch.spec.config["STAGES"], launch.cols_per_cta) == (4, 3, 256), (routing, n)
     assert pick("contiguous", 48, 2, 4096, 7168).spec.config["STAGES"] == 3
     # precompile and CI's compile (and its no-spill test) reach it
     symbols = {launch.spec.symbol for launch in dispatch.grouped_reachable_launches()}

@@ -307,9 +307,14 @@ def decode_16(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH)
 # 5 routes on 4 experts from 48 busy experts (T=1: -13 to +11 %), so those keep theirs. The offsets
 # form (BLOCK_K-64 weights; H100 ncu ABBA, v43: skewed EP8 T=20 -7 to -10 %) and the masked form
 # (its BLOCK_K-128 weights, v44: 128 registers at 4 CTAs an SM, no spill since block_chunk divides
-# unsigned). The DeepGEMM form was not measured.
+# unsigned). The DeepGEMM form was not measured. On the H200 (2026-12-06, ncu ABBA against the
+# dispatch before v43, both clocks) the ring won at 2-4 expected rows under the skewed router (-1 to
+# -6 %) and held at uniform T=20 (-1.4 to +3.6 %), but lost at 6 (EP8 T=32: +1.6 to +7.0 % on all
+# eight points, where the H100 had gained 1-8 %): the H200's faster memory leaves the wide tile's
+# longer stages the better feed there, so the ring stops at SHALLOW_DECODE_MAX_ROWS (v49).
 SHALLOW_DECODE_TILES_PER_CTA = 2.0
 SHALLOW_DECODE_MIN_ROWS = 2
+SHALLOW_DECODE_MAX_ROWS = 5
 SHALLOW_DECODE_RING = {"NT": 2, "TT": 1, "STAGE_K": 256, "STAGES": 3}  # the tile it replaces
 SHALLOW_DECODE_FORMS = {"contiguous_offsets": 64, "masked": 128}  # routing: the BLOCK_K of its weights
 
@@ -330,11 +335,12 @@ def replaces_decode_ring(launch: Launch) -> bool:
 
 def shallow_decode(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH, sms: int = H200_SMS) -> Launch:
     """``launch``, or the 2-stage ring of its 8 x 128 decode tile (grouped_shallow_decode) where
-    the call's expected tiles of it fill SHALLOW_DECODE_TILES_PER_CTA per resident CTA."""
+    the call's expected tiles of it fill SHALLOW_DECODE_TILES_PER_CTA per resident CTA at
+    SHALLOW_DECODE_MIN_ROWS to SHALLOW_DECODE_MAX_ROWS rows an expert."""
     if not replaces_decode_ring(launch):
         return launch
     shallow = grouped_shallow_decode(problem.routing, problem.block_k, arch)
-    if shallow is None or problem.rows_per_expert < SHALLOW_DECODE_MIN_ROWS:
+    if shallow is None or not SHALLOW_DECODE_MIN_ROWS <= problem.rows_per_expert <= SHALLOW_DECODE_MAX_ROWS:
         return launch
     tiles = mean_row_tiles(problem.rows_per_expert, problem.num_experts, shallow.rows_per_cta) * \
         -(-problem.n // shallow.cols_per_cta)
