@@ -5,49 +5,21 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Before the first call, on the CPU machine, from a clean main (~10 min; .ab may hold older
-# builds: rebuild):
-#   S=benchmarks/results/sweeps
-#   bash benchmarks/ab_tree.sh HEAD gv47 --patch $S/2026-12-05_gv47_decode_16/gv47.diff
-#   bash benchmarks/ab_tree.sh HEAD gv47r --patch $S/2026-12-05_gv47_decode_16/gv47r.diff
-#   bash benchmarks/ab_tree.sh HEAD gv48 --patch $S/2026-12-05_gv48_few_wave_32/gv48.diff
-#   bash benchmarks/ab_tree.sh HEAD gv48s --patch $S/2026-12-05_gv48_few_wave_32/gv48s.diff
-#   bash benchmarks/ab_tree.sh HEAD iv59 --patch $S/2026-12-05_iv59_short_k_512/iv59.diff
-#   bash benchmarks/ab_tree.sh 07899e8          # main before gv43/gv44, for abdec
-#   bash benchmarks/ab_tree.sh 01ac629          # main before gv42, for gv42h200
-#   mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19 packaging   (if .whl is gone)
-# then, with carry [".ab", ".whl"] and CHORD_COMMIT=<main's short sha>, one call each, in this order
-# (minutes estimated from the runs of 2026-12-04/05; an H200 first if one comes):
-#   1. install gv47chk (~5 min): 16-row decode tiles (grouped v47; gv47 on 3 stages, gv47r on 2):
-#      the full grouped suite from gv47's tree (~2 min), the decode tests from gv47r's, memcheck
-#      and racecheck on the case from each
-#   2. abgv47 (~5 min): both against main, EP8 T=20/32, EP16 T=20, EP32 T=8, both clocks
-#   3. gv48chk abgv48 (~6 min; two calls if the first ran long): EP32 T=32's 32-row tiles off the
-#      512 x 32 tile loop where it makes under 1.4 waves (grouped v48: gv48 the 256 x 32 tile loop,
-#      gv48s the 32-row stream-K mma tile)
-#   4. feedmid stream tp8dn (~8 min, either GPU): mid batch against its feed-only build, the weight
-#      stream alone in the packed layout's runs and in contiguous ones (indexed-kernels.md v60: do
-#      the loads alone reach the bytes floor at mid batch, and does the layout cost DRAM?), then
-#      TP8 T=2048 down on the 512 x 56 tile loop by override (v59; no tree)
-#   5. APPLY="" grpgrid (~5 min, an H200): the grouped grid at main (v43, v44, v46 in; the H200
-#      section of docs/performance.md is at 18e989a), APPLY="gv47 gv48" etc. for the winners
-#   6. idxgrid (~2 min, an H200), with iv59chk (~4 min) in the same call if tp8dn won at both
-#      clocks (then land it: git apply benchmarks/results/sweeps/2026-12-05_iv59_short_k_512/iv59.diff)
-#   7. abdec (~4 min, an H200): gv43 + gv44 against 07899e8, the grouped decode of both forms
-#   8. gv42h200 (~4 min, an H200): gv42 against its parent on the prefill down where the H200 grid moved
-# About 45 minutes in all: a 30-minute session reaches step 5 or 6. Where refused starts have eaten
-# the budget (each costs 90-180 s of it), one call can still land a candidate by itself:
-# `install tp8dn iv59chk stream` (~8 min: v59's measurement, its checks, the probe; iv59 lands if
-# tp8dn wins at both clocks and iv59chk is clean); with ~5 minutes left, `install tp8dn stream`
-# (measures only: iv59chk then waits for the next call). The order puts the candidates and the diagnostics (progress and
-# the next direction) before the reports and the re-checks.
-# A candidate wins if it is faster at both clocks where it changes a kernel and not slower
-# elsewhere. After the session: land the winners (git apply; gv47 and gv48 each add a variant to
-# the last line of grouped_launch_variants: land one, `git apply -3` the other, keep both), move
-# their design-log entries to measured, and copy the grids' marker sections (plan/*/performance.md)
-# into docs/performance.md, their JSON into benchmarks/results/, their plots into docs/.
-# Reusable steps: grpchk (main's grouped GPU tests and sanitizer), probe, feed, split (the
-# diagnostics of indexed-kernels.md v49/v50).
+# Pending (after the fourteenth session, 2026-12-06, which ran the list before this one on an H200:
+# README.md beside this file). No candidate tree is needed: every step runs main (carry [".whl"];
+# `mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19 packaging` if it is
+# gone). With CHORD_COMMIT=<main's short sha>, one call each, in this order, an H200 first:
+#   1. install grpgrid (~4-6 min: Humming's JIT prewarm took 87 s on one machine and 180 s on a
+#      fresh one): the grouped grid with grouped v47, v48 and v49 in (landed 2026-12-06 from ncu
+#      A/Bs; docs/performance.md's grouped H200 table is at 7515572, before them)
+#   2. grpchk (~2 min): every grouped GPU test on main, memcheck and racecheck on the cases of the
+#      three (the 16-row decode, the few-wave 32-row tiles, the 2-stage decode ring)
+#   3. idxgrid (~2 min): the indexed grid (no indexed change since 7515572: only if time is left)
+# On an H100 (if that is what comes): grpchk, then grpgrid for the H100 section (grouped v49 gives
+# back v43/v44's H100 gains at EP8 T=32 by design: grouped-kernels.md v49).
+# Reusable steps: probe, feed, feedmid, split, stream (the diagnostics of indexed-kernels.md
+# v49/v50/v60). Steps that ran are in git history (`git log -- THIS_FILE`) with the design-log
+# entries that read them.
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 OUT=${OUT:-.out}; D=$OUT/plan; mkdir -p "$D"
@@ -166,43 +138,10 @@ for step in "$@"; do
       AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_feed_grouped" \
         grouped "--paths grouped_masked --scenarios ep16 --tokens 8192 --dists uniform" base=. feed=.
       st feed_grouped $? ;;
-    gv47chk)  # gv47 and gv47r (16-row decode tiles from 6 expected rows; on 3 and 2 stages): every
-      # grouped GPU test from gv47's tree (~2 min), the decode tests from gv47r's (its ring depth is
-      # the only difference), memcheck and racecheck on the case from each (~5 min in all)
-      tree_checks gv47 tests/gpu/test_grouped_gpu.py "" "grouped:16-row decode"
-      tree_checks gv47r tests/gpu/test_grouped_gpu.py "decode or streamk or split_tail" "grouped:16-row decode" ;;
-    abgv47)  # gv47 and gv47r against main: the decode points they change (EP8 T=32, EP16 T=20, EP32
-      # T=8) and EP8 T=20 (unchanged: the noise), both forms, projections and routings, both clocks
-      candidate_ab gv47 gv47_ep8_ep16 grouped \
-        "--paths grouped_contiguous,grouped_masked --scenarios ep8,ep16 --tokens 20,32 --dists uniform,skew" \
-        base=. gv47=.ab/gv47 gv47r=.ab/gv47r
-      candidate_ab gv47 gv47_ep32 grouped "--paths grouped_contiguous,grouped_masked --scenarios ep32 --tokens 8" \
-        base=. gv47=.ab/gv47 gv47r=.ab/gv47r ;;
-    gv48chk)  # gv48 and gv48s (the few-wave 32-row tiles, EP32 T=32: the 256 x 32 tile loop, or the
-      # 32-row stream-K mma tile): gv48's new kernels under every grouped GPU test, gv48s (a kernel
-      # main already runs) under its own; memcheck and racecheck on the case, from each tree
-      tree_checks gv48 tests/gpu/test_grouped_gpu.py "" "grouped:few-wave 32-row"
-      tree_checks gv48s tests/gpu/test_grouped_gpu.py "few_wave or split_tail" "grouped:few-wave 32-row" ;;
-    abgv48)  # gv48 and gv48s against main: EP32 T=32, both forms and projections, both clocks (~2 min)
-      candidate_ab gv48 gv48 grouped "--paths grouped_contiguous,grouped_masked --scenarios ep32 --tokens 32" \
-        base=. gv48=.ab/gv48 gv48s=.ab/gv48s ;;
     grpchk)  # main's grouped family on the GPU: every grouped GPU test, then memcheck and racecheck
-      # on the 2-stage decode ring's cases (offsets and masked forms: grouped v43, v44)
-      TREE_DIR=. tree_checks grpchk tests/gpu/test_grouped_gpu.py "" "grouped:2-stage decode ring" ;;
-    abdec)  # gv43 + gv44 (the 2-stage decode ring in both grouped forms, block_chunk unsigned) on the
-      # H200: main against 07899e8 (.ab/07899e8), ncu ABBA at boost then base clock
-      for clock in none base; do
-        AB_CLOCK=$clock AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_dec_$clock" grouped \
-          "--paths grouped_contiguous,grouped_masked --scenarios ep8,ep16 --tokens 8,20,32 --dists uniform,skew" \
-          base=.ab/07899e8 main=.
-        st "abdec_$clock" $?
-      done ;;
-    gv42h200)  # gv42 (landed 0f83030 from an H100 A/B) on the H200: main against its parent 01ac629
-      # (.ab/01ac629), ncu ABBA at base clock, the prefill down of both forms where the grid moved
-      AB_CLOCK=base AB_INSTALL=0 AB_TIMEOUT=200 bash benchmarks/ncu_ab.sh "$D/ab_gv42h200_base" grouped \
-        "--paths grouped_masked,grouped_contiguous --scenarios ep16,ep32 --tokens 2048,8192 --dists uniform --projections down" \
-        base=.ab/01ac629 gv42=.
-      st gv42h200_base $? ;;
+      # on the cases of the decode and few-wave rules (grouped v43/v44 ring, v47, v48)
+      TREE_DIR=. tree_checks grpchk tests/gpu/test_grouped_gpu.py "" "grouped:2-stage decode ring" \
+        "grouped:16-row decode" "grouped:few-wave 32-row" ;;
     split)  # the feed split into loads and stores: main, feed only, no output stores, both (the loads
       # alone), ncu at base clock, on the feed-bound points (indexed-kernels.md v49)
       AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_ENV_nostore="CHORD_DIAG_NO_STORE=1" \
@@ -229,18 +168,6 @@ for step in "$@"; do
         "$D/ab_feedmid_grouped" grouped "--paths grouped_contiguous --scenarios ep16,ep32 --tokens 64,128 --dists uniform" \
         base=. feed=.
       st feedmid_grouped $? ;;
-    iv59chk)  # iv59 (short-K blocks of 33-56 rows on the 512-row tile loop, indexed-kernels.md v59):
-      # indexed_tree_checks (its new graph-replay test among them, the wgmma sanitizer cases with its two)
-      indexed_tree_checks iv59 ;;
-    tp8dn)  # TP8 T=2048 down (56-row blocks, K=256) on the 512 x 56 tile loop, 4 consumer warpgroups
-      # (gate_up's kernel there), by override, against main's 256 x 56 stream-K tile: both routings,
-      # ncu ABBA at boost then base clock (~3 min; indexed-kernels.md v59)
-      for clock in none base; do
-        AB_ENV_cwg4="CHORD_W4A16_INDEXED_KERNEL=wgmma CHORD_W4A16_TUNING=CWG=4" AB_CLOCK=$clock AB_INSTALL=0 \
-          AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_tp8dn_$clock" indexed \
-          "--scenarios tp8 --tokens 2048 --dists uniform,skew --projections down" base=. cwg4=.
-        st "tp8dn_$clock" $?
-      done ;;
     idxgrid)
       label=$(apply_candidates) || { st idxgrid_apply 1; exit 1; }
       OUT=$D/idxgrid CHORD_COMMIT=$label CHORD_BUDGET_S=120 HUMMING_BUDGET_S=170 HUMMING_PREWARM_JOBS=12 \
@@ -251,7 +178,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install gv47chk abgv47 gv48chk abgv48 grpgrid idxgrid tp8dn iv59chk feedmid stream abdec gv42h200 grpchk probe feed split)" >&2 ;;
+    *) echo "unknown step $step (install grpgrid grpchk idxgrid probe feed feedmid split stream)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
