@@ -749,7 +749,7 @@ def test_precompile_points_and_config_cover_a_grouped_pair(tmp_path, monkeypatch
 
 def test_dispatch_map_rows_and_changes(tmp_path, capsys):
     """benchmarks.dispatch_map: the run's choices on the CPU (EP32 T=32, both grouped forms and
-    projections: the 512 x 32 tile at 22 rows an expert), and --against a tree with the same
+    projections: the 256 x 32 tile loop at 22 rows an expert, grouped v48), and --against a tree with the same
     dispatch (this checkout) changes no row; changes() names a row whose kernel differs."""
     from benchmarks import dispatch_map
 
@@ -758,12 +758,12 @@ def test_dispatch_map_rows_and_changes(tmp_path, capsys):
     assert dispatch_map.main(argv + ["--json"]) == 0
     found = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(found) == len(S.PROJECTIONS) * len(S.GROUPED_PATHS)
-    assert {(r["hint"], r["tile"]) for r in found} == {(22, "32x512")}, found
+    assert {(r["hint"], r["tile"]) for r in found} == {(22, "32x256")}, found
     assert (tmp_path / S.Point("ep32", "uniform", 32).routing_file).exists()  # drawn once, then reused
-    other = [dict(found[0], kernel="another", tile="32x256")] + found[1:]
+    other = [dict(found[0], kernel="another", tile="32x512")] + found[1:]
     diff = dispatch_map.changes(found, other)
     assert [(r["proj"], r["path"], r["against"], r["tile against"]) for r in diff] == \
-        [(found[0]["proj"], found[0]["path"], "another", "32x256")]
+        [(found[0]["proj"], found[0]["path"], "another", "32x512")]
     assert dispatch_map.main(argv + ["--against", str(Path(__file__).resolve().parent.parent)]) == 0
     assert capsys.readouterr().out.startswith(f"0 of {len(found)} rows pick another kernel")
 
