@@ -576,14 +576,18 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
     elif problem.routing in TALL_TILE_ROUTINGS:
         launch = pair_with_tall_tile(problem, launch, candidates, sms)
     why = "wave model, cost against the first: " + "; ".join(weighed)
-    launch = decode_16(problem, launch, arch)  # (before the rings: where it applies, none of them does)
+    d16 = decode_16(problem, launch, arch)  # (before the rings: where it applies, none of them does)
+    if d16 is not launch:
+        launch = d16
+        why += f"; the 16-row decode tile ({DECODE_16_MIN_ROWS}+ expected rows an expert)"
     chosen = shallow_decode(problem, launch, arch, sms)  # (the decode ring first: where it fills, it wins)
     narrow = narrow_mid_batch(problem, launch, arch, sms)
     if narrow is not launch:
         chosen = narrow
         why += f"; the 256 x {NARROW_MID_BATCH_ROWS} tile loop (too few 512 x 24 tiles for the loop)"
     elif chosen is not launch:
-        why += f"; the 2-stage decode ring ({SHALLOW_DECODE_TILES_PER_CTA}+ expected tiles a resident CTA at 4 an SM)"
+        why += (f"; the 2-stage decode ring ({SHALLOW_DECODE_TILES_PER_CTA}+ expected tiles a resident CTA at 4 an SM, "
+                f"{SHALLOW_DECODE_MIN_ROWS}-{SHALLOW_DECODE_MAX_ROWS} expected rows an expert)")
     else:
         chosen = widen_decode(problem, launch, arch, sms)
         if chosen is not launch:
