@@ -270,7 +270,7 @@ def widen_decode(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_AR
 # read ~1.27x the weight bytes of 16-row tiles, which hold nearly every expert in one. Humming's
 # EP16 T=20 kernel is a 16-row tile (256 x 16, whole tiles, 2 CTAs an SM). The 16-row tile of the
 # stream-K mma kernel (NT 2, TT 2) on a 2-stage ring (3 CTAs an SM) takes the 8-row tile's place.
-# Measured on the H200 (2026-12-06, both clocks): EP16 T=20 -4 to -17 % on both projections and
+# Measured on the H200 (2026-12-06, both clocks): EP16 T=20 -1.5 to -17 % on both projections and
 # forms; at a hint of 6 (EP8 T=32 and EP32 T=8, true mean 5.3 rows) +9 to +26 % slower, so the
 # bound is 7 (the masked skewed EP16 T=20 call, hinted 6, keeps the 8-row tile). The 3-stage ring
 # (2 CTAs an SM) won less at EP16 and lost more at 6 (grouped-kernels.md v47).
