@@ -393,6 +393,20 @@ class FormBuffers:
         return graph
 
 
+def capture_dispatch_choice(tile_family, monkeypatch, what, routing_name, shape, seg, expected_m, *, seed):
+    """FormBuffers for a rule's point, captured in a graph with this test's plan alone: (bufs,
+    graph, the launch the dispatch chose). Only under the dispatch's own choice (tile_family
+    "auto"): the forced families take another tile, so the test skips, naming `what`."""
+    from chord_kernels import ops
+
+    if tile_family != "auto":
+        pytest.skip(f"{what} is the dispatch's own choice")
+    monkeypatch.setattr(ops, "_grouped_plans", {})
+    bufs = FormBuffers(routing_name, shape, seg, expected_m, seed=seed)
+    graph = bufs.capture()
+    return bufs, graph, next(iter(ops._grouped_plans.values()))[1]
+
+
 @pytest.mark.parametrize("routing_name,expected_m", [("contiguous_offsets", 24), ("contiguous_offsets", 45),
                                                      ("masked", 24)])
 @pytest.mark.parametrize("shape", ["ep8_gate_up", "ep32_down"])
@@ -467,14 +481,8 @@ def test_shallow_decode_ring(shape, expected_m, routing_name, tile_family, monke
     expert, experts over one 8-row tile, few busy experts: long runs split over CTAs), the same bits
     run to run, rows past the counts never written, graph replays with the counts changed, the locks
     left zero."""
-    from chord_kernels import ops
-
-    if tile_family != "auto":
-        pytest.skip("the 2-stage decode ring is the dispatch's own choice")
-    monkeypatch.setattr(ops, "_grouped_plans", {})
-    bufs = FormBuffers(routing_name, SHAPES[shape], 24, expected_m, seed=51)
-    graph = bufs.capture()
-    launch = next(iter(ops._grouped_plans.values()))[1]
+    bufs, graph, launch = capture_dispatch_choice(
+        tile_family, monkeypatch, "the 2-stage decode ring", routing_name, SHAPES[shape], 24, expected_m, seed=51)
     assert (launch.spec.config["NT"], launch.spec.config["STAGES"], launch.spec.min_blocks_per_sm) == (2, 2, 4)
     bufs.check_count_draws(graph, 52, "the 2-stage ring's split sums")
 
@@ -487,14 +495,10 @@ def test_few_wave_32_row_tile(shape, routing_name, tile_family, monkeypatch):
     uniform and skewed counts (an empty expert, experts over one 32-row tile, few busy experts:
     long runs, split tiles), the same bits run to run, rows past the counts never written, graph
     replays with the counts changed, the locks left zero."""
-    from chord_kernels import dispatch, ops
+    from chord_kernels import dispatch
 
-    if tile_family != "auto":
-        pytest.skip("the few-wave 32-row tile is the dispatch's own choice")
-    monkeypatch.setattr(ops, "_grouped_plans", {})
-    bufs = FormBuffers(routing_name, shape, 48, 22, seed=81)
-    graph = bufs.capture()
-    launch = next(iter(ops._grouped_plans.values()))[1]
+    bufs, graph, launch = capture_dispatch_choice(
+        tile_family, monkeypatch, "the few-wave 32-row tile", routing_name, shape, 48, 22, seed=81)
     block_k = 128 if routing_name == "masked" else 64
     assert launch.spec.symbol == dispatch.grouped_few_wave_32(routing_name, shape[1], block_k).spec.symbol
     bufs.check_count_draws(graph, 82, "the few-wave 32-row tiles' split sums")
@@ -507,14 +511,8 @@ def test_narrow_mid_batch_24_row_tile(routing_name, tile_family, monkeypatch):
     uniform and skewed counts (an empty expert, experts over one 24-row tile, few busy experts:
     fewer tiles than CTAs, split along K), the same bits run to run, rows past the counts never
     written, graph replays with the counts changed, the locks left zero."""
-    from chord_kernels import ops
-
-    if tile_family != "auto":
-        pytest.skip("the 256 x 24 tile loop is the dispatch's own choice")
-    monkeypatch.setattr(ops, "_grouped_plans", {})
-    bufs = FormBuffers(routing_name, EP32_GATE_UP, 32, 14, seed=61)
-    graph = bufs.capture()
-    launch = next(iter(ops._grouped_plans.values()))[1]
+    bufs, graph, launch = capture_dispatch_choice(
+        tile_family, monkeypatch, "the 256 x 24 tile loop", routing_name, EP32_GATE_UP, 32, 14, seed=61)
     cfg = launch.spec.config
     assert (launch.spec.family, cfg["CWG"], launch.rows_per_cta, launch.cols_per_cta) == ("grouped_wgmma", 2, 24, 256)
     bufs.check_count_draws(graph, 62, "the 256 x 24 tiles' split sums")
@@ -528,15 +526,10 @@ def test_decode_16_row_tile(shape, routing_name, tile_family, monkeypatch):
     counts (an empty expert, experts over one 16-row tile, few busy experts: long runs split over
     CTAs), the same bits run to run, rows past the counts never written, graph replays with the
     counts changed, the locks left zero."""
-    from chord_kernels import ops
     from chord_kernels.dispatch import DECODE_16_STAGES
 
-    if tile_family != "auto":
-        pytest.skip("the 16-row decode tile is the dispatch's own choice")
-    monkeypatch.setattr(ops, "_grouped_plans", {})
-    bufs = FormBuffers(routing_name, shape, 32, 7, seed=71)
-    graph = bufs.capture()
-    launch = next(iter(ops._grouped_plans.values()))[1]
+    bufs, graph, launch = capture_dispatch_choice(
+        tile_family, monkeypatch, "the 16-row decode tile", routing_name, shape, 32, 7, seed=71)
     cfg = launch.spec.config
     assert (launch.spec.family, cfg["TT"], cfg["NT"], cfg["STAGES"]) == ("grouped_mma_sk", 2, 2, DECODE_16_STAGES)
     bufs.check_count_draws(graph, 72, "the 16-row decode tile's split sums")
@@ -551,12 +544,8 @@ def test_decode_one_wave_of_whole_tiles(routing_name, tile_family, monkeypatch):
     past the counts never written, the same bits run to run, the locks left zero."""
     from chord_kernels import ops
 
-    if tile_family != "auto":
-        pytest.skip("the wide decode tile is the dispatch's own choice")
-    monkeypatch.setattr(ops, "_grouped_plans", {})
-    bufs = FormBuffers(routing_name, SHAPES["ep32_down"], 24, 5, seed=41)
-    graph = bufs.capture()
-    launch = next(iter(ops._grouped_plans.values()))[1]
+    bufs, graph, launch = capture_dispatch_choice(
+        tile_family, monkeypatch, "the wide decode tile", routing_name, SHAPES["ep32_down"], 24, 5, seed=41)
     assert (launch.spec.config["NT"], launch.cols_per_cta) == (4, 256)
     ctas = launch.spec.min_blocks_per_sm * torch.cuda.get_device_properties(0).multi_processor_count
     col_tiles = -(-SHAPES["ep32_down"][1] // launch.cols_per_cta)
