@@ -14,7 +14,10 @@
 #      A/Bs; docs/performance.md's grouped H200 table is at 7515572, before them)
 #   2. grpchk (~2 min): every grouped GPU test on main, memcheck and racecheck on the cases of the
 #      three (the 16-row decode, the few-wave 32-row tiles, the 2-stage decode ring)
-#   3. idxgrid (~2 min): the indexed grid (no indexed change since 7515572: only if time is left)
+#   3. midprof (~3 min, either GPU): ncu's full set on indexed EP8 T=128 gate_up, main, its
+#      feed-only build and Humming's, for v60's next step (where the k loop waits: the full
+#      barrier, the scoreboard, the issue slots; whether the SMs are balanced)
+#   4. idxgrid (~2 min): the indexed grid (no indexed change since 7515572: only if time is left)
 # On an H100 (if that is what comes): grpchk, then grpgrid for the H100 section (grouped v49 gives
 # back v43/v44's H100 gains at EP8 T=32 by design: grouped-kernels.md v49).
 # Reusable steps: probe, feed, feedmid, split, stream (the diagnostics of indexed-kernels.md
@@ -168,6 +171,17 @@ for step in "$@"; do
         "$D/ab_feedmid_grouped" grouped "--paths grouped_contiguous --scenarios ep16,ep32 --tokens 64,128 --dists uniform" \
         base=. feed=.
       st feedmid_grouped $? ;;
+    midprof)  # why mid batch's k loop does not hide under its stream (indexed-kernels.md v60, measured:
+      # the feed alone ~1180 cycles a stage, the k loop alone 1084, the kernel 1540): ncu's full set
+      # on indexed EP8 T=128 gate_up (the 512 x 32 tile loop), main, its feed-only build, and
+      # Humming's (the same tile shape on stream-K), plus the SMs' balance (~3 min)
+      for who in chord:main chord:feed humming:peer; do
+        env $([[ ${who#*:} == feed ]] && echo CHORD_DIAG_FEED_ONLY=1) \
+          NCU_METRICS=sm__cycles_active.max,sm__cycles_active.min,sm__cycles_active.avg OUT=$D/midprof \
+          timeout 170 bash benchmarks/ncu_point.sh "${who%%:*}" ep8 128 gate_up uniform "${who#*:}" >> "$D/midprof.log" 2>&1
+        st "midprof_${who#*:}" $?
+      done
+      rm -f "$D"/midprof/*.ncu-rep ;;  # (the details, raw and SASS pages stay: the reports are too big to bring back)
     idxgrid)
       label=$(apply_candidates) || { st idxgrid_apply 1; exit 1; }
       OUT=$D/idxgrid CHORD_COMMIT=$label CHORD_BUDGET_S=120 HUMMING_BUDGET_S=170 HUMMING_PREWARM_JOBS=12 \
@@ -178,7 +192,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install grpgrid grpchk idxgrid probe feed feedmid split stream)" >&2 ;;
+    *) echo "unknown step $step (install grpgrid grpchk idxgrid midprof probe feed feedmid split stream)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
