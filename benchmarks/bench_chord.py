@@ -113,24 +113,29 @@ def grouped_expected_m(path: str, layout: common.GroupedLayout, point) -> int:
     return layout.expected_m
 
 
-def grouped_launch(path: str, n: int, k: int, num_experts: int, expected_m: int, arch: str, sms: int):
-    """The Launch Chord's grouped dispatch picks (the pure function the entry points use)."""
+def grouped_launch(path: str, n: int, k: int, num_experts: int, expected_m: int, arch: str, sms: int,
+                   memory_tbps: float | None = None):
+    """The Launch Chord's grouped dispatch picks (the pure function the entry points use), on a
+    GPU of ``memory_tbps`` (None: the dispatch's default, the H200's; a tree from before the
+    memory class, as A/B runs import, takes no such argument)."""
     from chord_kernels import dispatch, env
     from chord_kernels.layouts import BLOCK_K_BY_MODE
 
     routing_name, mode = GROUPED_FORMS[path]
     problem = dispatch.GroupedProblem(routing_name, n, k, num_experts, max(1, expected_m), BLOCK_K_BY_MODE[mode])
-    return dispatch.select_grouped(problem, arch, sms, env.get(env.GROUPED_SPLIT_K, "auto"))
+    memory = {} if memory_tbps is None else {"memory_tbps": memory_tbps}
+    return dispatch.select_grouped(problem, arch, sms, env.get(env.GROUPED_SPLIT_K, "auto"), **memory)
 
 
 def grouped_config(path: str, n: int, k: int, num_experts: int, expected_m: int, device: torch.device) -> str:
     """The grouped kernel Chord's dispatch picks (grouped_launch), described."""
     try:
-        from chord_kernels.device import kernel_arch
+        from chord_kernels import device as chord_device
 
         index = device.index if device.index is not None else torch.cuda.current_device()
         sms = torch.cuda.get_device_properties(index).multi_processor_count
-        launch = grouped_launch(path, n, k, num_experts, expected_m, kernel_arch(index), sms)
+        memory = chord_device.memory_tbps(index) if hasattr(chord_device, "memory_tbps") else None  # (older trees)
+        launch = grouped_launch(path, n, k, num_experts, expected_m, chord_device.kernel_arch(index), sms, memory)
         desc = f"{launch.spec.describe()} tile={launch.rows_per_cta}x{launch.cols_per_cta}"
         if launch.pick:  # two tile loops, the device runs one (dispatch.Launch.pick)
             other = launch.pick[0]

@@ -111,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed-routing", type=int, default=0, help="make_routing's seed (the runs' default: 0)")
     parser.add_argument("--arch", default=DEFAULT_ARCH)
     parser.add_argument("--sms", type=int, default=H200_SMS)
+    parser.add_argument("--memory-tbps", type=float, default=None,
+                        help="the GPU's memory bandwidth, TB/s (default: the dispatch's, an H200's; an H100: 3.35)")
     parser.add_argument("--against", type=Path, help="a tree whose dispatch to compare with this checkout's")
     parser.add_argument("--json", action="store_true", help="one JSON object a row")
     args = parser.parse_args(argv)

@@ -55,7 +55,8 @@ def point_choices(args: argparse.Namespace, arch: str, sms: int) -> Iterator[Cho
             for path in paths:
                 expected_m = grouped_expected_m(path, layout, point)
                 yield Choice(point, proj_name, path, expected_m,
-                             grouped_launch(path, proj.n, proj.k, experts, expected_m, arch, sms))
+                             grouped_launch(path, proj.n, proj.k, experts, expected_m, arch, sms,
+                                            getattr(args, "memory_tbps", None)))
 
 
 def point_launches(args: argparse.Namespace, arch: str, sms: int) -> list:

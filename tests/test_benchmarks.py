@@ -737,6 +737,7 @@ def test_precompile_points_and_config_cover_a_grouped_pair(tmp_path, monkeypatch
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: argparse.Namespace(multi_processor_count=132))
     monkeypatch.setattr("chord_kernels.device.kernel_arch", lambda index: "sm_90a")
+    monkeypatch.setattr("chord_kernels.device.memory_tbps", lambda index: 4.8)
     proj = S.SCENARIOS["ep16"].projections["gate_up"]
     rec = {"config": bench_chord.grouped_config("grouped_contiguous", proj.n, proj.k, 24, 683, torch.device("cuda", 0))}
     assert "tile=240x128; paired with " in rec["config"] and "tile=128x256 em=683" in rec["config"], rec

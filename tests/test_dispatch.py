@@ -396,6 +396,19 @@ def test_non_sm90_gpu_is_a_clear_error(monkeypatch):
     device.kernel_arch.cache_clear()
 
 
+def test_memory_bandwidth_by_device_name(monkeypatch):
+    """The dispatch's memory class comes from the device's name (dispatch.MEMORY_TBPS_BY_NAME): the
+    H100 below the H200; a name not listed takes the H200's, the GPU Chord is tuned on."""
+    assert dispatch.memory_tbps_of("NVIDIA H200") == dispatch.H200_MEMORY_TBPS
+    assert dispatch.memory_tbps_of("NVIDIA H100 80GB HBM3") == 3.35
+    assert dispatch.memory_tbps_of("NVIDIA H100 PCIe") == 3.35
+    assert dispatch.memory_tbps_of("NVIDIA GH200 480GB") == dispatch.H200_MEMORY_TBPS
+    device.memory_tbps.cache_clear()
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "NVIDIA H100 80GB HBM3")
+    assert device.memory_tbps(0) == 3.35
+    device.memory_tbps.cache_clear()
+
+
 def test_tuning_override(monkeypatch):
     problem = IndexedProblem(4096, 7168, 48, 8, 8)
     launch = dispatch.choose_indexed_mma(problem, tuning="NT=4, stages=4")
@@ -744,8 +757,8 @@ def test_grouped_shallow_decode_ring_where_tiles_fill_the_ctas():
     where the call expects SHALLOW_DECODE_TILES_PER_CTA of its tiles a resident CTA at 2-5 rows an
     expert, in place of the 3-stage ring and of the wide tile (grouped-kernels.md v43, v44, v49):
     EP8 T=8/20 both projections, EP16 T=8/20 down. Not EP16 gate_up (1.4 tiles a CTA), not at 1
-    expected row (T=1), not at 6 (EP8 T=32: the wide tile, v49), not EP32; not the DeepGEMM form
-    (not measured)."""
+    expected row (T=1), not at 6 on H200-class memory (EP8 T=32: the wide tile, v49; the H100 keeps
+    the ring there), not EP32; not the DeepGEMM form (not measured)."""
     def pick(routing, experts, rows, n, k):
         return dispatch.select_grouped(GroupedProblem(routing, n, k, experts, rows, 128 if routing == "masked" else 64))
 
@@ -761,9 +774,12 @@ def test_grouped_shallow_decode_ring_where_tiles_fill_the_ctas():
             launch = pick(routing, experts, rows, n, k)
             assert (launch.spec.config["NT"], launch.spec.config["STAGES"], launch.spec.min_blocks_per_sm) == (2, 3, 3)
         assert pick(routing, 12, 5, 7168, 2048).spec.config["NT"] == 4  # the wide tile, one wave whole
-        for n, k in ((4096, 7168), (7168, 2048)):  # 6 rows: the wide tile again (H200, v49)
+        for n, k in ((4096, 7168), (7168, 2048)):  # 6 rows: the wide tile again on the H200 (v49), not the H100
             launch = pick(routing, 48, 6, n, k)
             assert (launch.spec.config["NT"], launch.spec.config["STAGES"], launch.cols_per_cta) == (4, 3, 256), (routing, n)
+            h100 = dispatch.select_grouped(GroupedProblem(routing, n, k, 48, 6, 128 if routing == "masked" else 64),
+                                           memory_tbps=dispatch.memory_tbps_of("NVIDIA H100 80GB HBM3"))
+            assert {key: h100.spec.config[key] for key in shallow} == shallow, (routing, n)
     assert pick("contiguous", 48, 2, 4096, 7168).spec.config["STAGES"] == 3
     # precompile and CI's compile (and its no-spill test) reach it
     symbols = {launch.spec.symbol for launch in dispatch.grouped_reachable_launches()}

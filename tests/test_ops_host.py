@@ -15,6 +15,7 @@ def stub_device(monkeypatch):
     monkeypatch.setattr(ops, "_load", lambda launch, device: loaded.append(launch.spec) or "kernel")
     monkeypatch.setattr(ops, "_device_index", lambda device: 0)
     monkeypatch.setattr(ops, "_sm_count", lambda index: 132)
+    monkeypatch.setattr(ops, "memory_tbps", lambda index: dispatch.H200_MEMORY_TBPS)
     monkeypatch.setattr(ops, "_resident_ctas", lambda kernel, launch, device: 3 * launch.spec.min_blocks_per_sm)
     monkeypatch.setattr(ops, "_streamk_buffers", {})
     # tensor maps need the driver: a stub "map" records the address and box bytes it was made for

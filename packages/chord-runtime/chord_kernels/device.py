@@ -25,3 +25,12 @@ def kernel_arch(device_index: int) -> str:
             f"(compute capability {cap[0]}.{cap[1]}). There is no fallback kernel."
         )
     return arch
+
+
+@functools.cache
+def memory_tbps(device_index: int) -> float:
+    """The peak memory bandwidth the dispatch assumes for ``device_index`` (by its name:
+    dispatch.memory_tbps_of)."""
+    from .dispatch import memory_tbps_of
+
+    return memory_tbps_of(torch.cuda.get_device_name(device_index))

@@ -17,7 +17,7 @@ from typing import NoReturn
 import torch
 
 from . import env, reference, routing, tma
-from .device import kernel_arch
+from .device import kernel_arch, memory_tbps
 from .dispatch import (
     GroupedProblem,
     IndexedProblem,
@@ -357,7 +357,8 @@ def _grouped_plan(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
         rows_per_expert = expected_m
     device_index = _device_index(a.device)
     problem = GroupedProblem(routing_name, n, k, e, max(1, rows_per_expert), packed.block_k)
-    launch = select_grouped(problem, kernel_arch(device_index), _sm_count(device_index), split_override)
+    launch = select_grouped(problem, kernel_arch(device_index), _sm_count(device_index), split_override,
+                            memory_tbps(device_index))
     # A flat copy (a 3-D input that is no view of [rows, K]) is contiguous: its row stride is K.
     lda = k if flat_copy else a2.stride(0)
 

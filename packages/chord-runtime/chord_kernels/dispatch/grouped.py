@@ -23,6 +23,7 @@ from .blocks import (
     takes_24_row_blocks,
 )
 from .launch import (
+    H200_MEMORY_TBPS,
     H200_SMS,
     WGMMA_STAGE_K,
     Launch,
@@ -311,10 +312,12 @@ def decode_16(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH)
 # dispatch before v43, both clocks) the ring won at 2-4 expected rows under the skewed router (-1 to
 # -6 %) and held at uniform T=20 (-1.4 to +3.6 %), but lost at 6 (EP8 T=32: +1.6 to +7.0 % on all
 # eight points, where the H100 had gained 1-8 %): the H200's faster memory leaves the wide tile's
-# longer stages the better feed there, so the ring stops at SHALLOW_DECODE_MAX_ROWS (v49).
+# longer stages the better feed there, so on memory of SHALLOW_DECODE_CAP_MIN_TBPS or more the
+# ring stops at SHALLOW_DECODE_MAX_ROWS (v49); the H100 (3.35 TB/s) keeps it at every row count.
 SHALLOW_DECODE_TILES_PER_CTA = 2.0
 SHALLOW_DECODE_MIN_ROWS = 2
 SHALLOW_DECODE_MAX_ROWS = 5
+SHALLOW_DECODE_CAP_MIN_TBPS = 4.0
 SHALLOW_DECODE_RING = {"NT": 2, "TT": 1, "STAGE_K": 256, "STAGES": 3}  # the tile it replaces
 SHALLOW_DECODE_FORMS = {"contiguous_offsets": 64, "masked": 128}  # routing: the BLOCK_K of its weights
 
@@ -333,14 +336,22 @@ def replaces_decode_ring(launch: Launch) -> bool:
     return launch.spec.family == "grouped_mma_sk" and all(cfg.get(key) == v for key, v in SHALLOW_DECODE_RING.items())
 
 
-def shallow_decode(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH, sms: int = H200_SMS) -> Launch:
+def shallow_decode_max_rows(memory_tbps: float) -> float:
+    """The most expected rows an expert at which the 2-stage decode ring applies on memory of
+    ``memory_tbps`` (SHALLOW_DECODE_MAX_ROWS on H200-class memory, no bound below it)."""
+    return SHALLOW_DECODE_MAX_ROWS if memory_tbps >= SHALLOW_DECODE_CAP_MIN_TBPS else float("inf")
+
+
+def shallow_decode(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH, sms: int = H200_SMS,
+                   memory_tbps: float = H200_MEMORY_TBPS) -> Launch:
     """``launch``, or the 2-stage ring of its 8 x 128 decode tile (grouped_shallow_decode) where
-    the call's expected tiles of it fill SHALLOW_DECODE_TILES_PER_CTA per resident CTA at
-    SHALLOW_DECODE_MIN_ROWS to SHALLOW_DECODE_MAX_ROWS rows an expert."""
+    the call's expected tiles of it fill SHALLOW_DECODE_TILES_PER_CTA per resident CTA, from
+    SHALLOW_DECODE_MIN_ROWS rows an expert to shallow_decode_max_rows."""
     if not replaces_decode_ring(launch):
         return launch
     shallow = grouped_shallow_decode(problem.routing, problem.block_k, arch)
-    if shallow is None or not SHALLOW_DECODE_MIN_ROWS <= problem.rows_per_expert <= SHALLOW_DECODE_MAX_ROWS:
+    if (shallow is None
+            or not SHALLOW_DECODE_MIN_ROWS <= problem.rows_per_expert <= shallow_decode_max_rows(memory_tbps)):
         return launch
     tiles = mean_row_tiles(problem.rows_per_expert, problem.num_experts, shallow.rows_per_cta) * \
         -(-problem.n // shallow.cols_per_cta)
@@ -542,7 +553,7 @@ def grouped_row_candidates(problem: GroupedProblem, sms: int = H200_SMS) -> tupl
 
 
 def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int = H200_SMS,
-                   split_override: str = "auto") -> Launch:
+                   split_override: str = "auto", memory_tbps: float = H200_MEMORY_TBPS) -> Launch:
     """Grouped dispatch owns its layout search: no block_m or tuning overrides (by design). The
     tile height comes from a wave model (grouped_launch_cost): a taller tile than
     grouped_tile_rows wins only by more than PREFILL_TOLERANCE (near-ties keep the shorter tile:
@@ -580,14 +591,15 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
     if d16 is not launch:
         launch = d16
         why += f"; the 16-row decode tile ({DECODE_16_MIN_ROWS}+ expected rows an expert)"
-    chosen = shallow_decode(problem, launch, arch, sms)  # (the decode ring first: where it fills, it wins)
+    chosen = shallow_decode(problem, launch, arch, sms, memory_tbps)  # (the decode ring first: where it fills, it wins)
     narrow = narrow_mid_batch(problem, launch, arch, sms)
     if narrow is not launch:
         chosen = narrow
         why += f"; the 256 x {NARROW_MID_BATCH_ROWS} tile loop (too few 512 x 24 tiles for the loop)"
     elif chosen is not launch:
         why += (f"; the 2-stage decode ring ({SHALLOW_DECODE_TILES_PER_CTA}+ expected tiles a resident CTA at 4 an SM, "
-                f"{SHALLOW_DECODE_MIN_ROWS}-{SHALLOW_DECODE_MAX_ROWS} expected rows an expert)")
+                f"{SHALLOW_DECODE_MIN_ROWS} to {shallow_decode_max_rows(memory_tbps)} expected rows an expert "
+                f"on {memory_tbps} TB/s)")
     else:
         chosen = widen_decode(problem, launch, arch, sms)
         if chosen is not launch:

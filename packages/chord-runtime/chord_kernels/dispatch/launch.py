@@ -18,6 +18,18 @@ if TYPE_CHECKING:
 
 H200_SMS = 132  # SMs of an H200 (H100 SXM too): the wave model's default; chord_kernels.ops passes the device's
 
+# Peak memory bandwidth (TB/s) by device name: the H200 and the H100 are both sm_90a with 132 SMs,
+# so a rule that one measured differently from the other (grouped-kernels.md v49) needs this. The
+# first entry whose text is in the name wins; any other GPU gets the H200's, the GPU Chord is tuned
+# on. chord_kernels.device.memory_tbps looks the device up.
+H200_MEMORY_TBPS = 4.8
+MEMORY_TBPS_BY_NAME = (("H200", H200_MEMORY_TBPS), ("H100", 3.35))
+
+
+def memory_tbps_of(device_name: str) -> float:
+    """Peak memory bandwidth (TB/s) of the GPU called ``device_name`` (MEMORY_TBPS_BY_NAME)."""
+    return next((tbps for text, tbps in MEMORY_TBPS_BY_NAME if text in device_name), H200_MEMORY_TBPS)
+
 
 SMEM_PER_SM = 227 * 1024  # usable shared memory per SM on H100/H200 (1 KB per CTA is reserved)
 
