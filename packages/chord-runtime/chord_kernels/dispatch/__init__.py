@@ -11,7 +11,9 @@ routing block size Chord asks the framework for.
 The package's modules, in the order a choice is made:
 - ``blocks``: the routing block an expert's expected rows ask for (the padding cost model).
 - ``shapes``: the kernel family a tile of so many rows runs, and each tile's config (tuning too).
-- ``launch``: a config's resources (shared memory, registers, CTAs an SM) and the launch builders.
+- ``launch``: a config's resources (shared memory, registers, CTAs an SM), the launch builders,
+  and the GPU's description beside its arch: SMs (the wave model) and memory bandwidth by device
+  name (``memory_tbps_of``: the H200 and the H100 share sm_90a and 132 SMs but not their memory).
 - ``indexed`` and ``grouped``: each family's kernels, its choice per call, and every launch it can
   pick (what CI compiles and the serving profiles precompile).
 - ``report``: CHORD_PRINT_CONFIGS.
