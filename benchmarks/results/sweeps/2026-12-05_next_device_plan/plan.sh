@@ -18,8 +18,8 @@
 #      feed-only build and Humming's, for v60's next step (where the k loop waits: the full
 #      barrier, the scoreboard, the issue slots; whether the SMs are balanced)
 #   4. idxgrid (~2 min): the indexed grid (no indexed change since 7515572: only if time is left)
-# On an H100 (if that is what comes): grpchk, then grpgrid for the H100 section (grouped v49 gives
-# back v43/v44's H100 gains at EP8 T=32 by design: grouped-kernels.md v49).
+# On an H100 (if that is what comes): grpchk, then grpgrid for the H100 section (v47 and v48 are
+# new there; v49's bound does not apply on the H100's memory: grouped-kernels.md v49).
 # Reusable steps: probe, feed, feedmid, split, stream (the diagnostics of indexed-kernels.md
 # v49/v50/v60). Steps that ran are in git history (`git log -- THIS_FILE`) with the design-log
 # entries that read them.
