@@ -1,7 +1,8 @@
 """Which kernel Chord's dispatch picks at each point of a benchmark run, on any machine (no GPU
 needed): the run's own routing (make_routing, seed 0 unless --seed-routing) and host hints
 (bench_chord's block_m and expected_m rules, through precompile_points.point_choices) for an
-H200 (sm_90a, 132 SMs) unless --arch / --sms say otherwise. The same argument set as a run
+H200 (sm_90a, 132 SMs, 4.8 TB/s) unless --arch / --sms / --memory-tbps say otherwise (an H100:
+--memory-tbps 3.35; the tree given to --against must know the memory class). The same argument set as a run
 (--family, --scenarios, --tokens, --dists, --paths, --projections, --quick).
 
     python3 -m benchmarks.dispatch_map --family grouped --scenarios ep32 --tokens 32
