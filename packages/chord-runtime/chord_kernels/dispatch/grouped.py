@@ -251,6 +251,13 @@ def grouped_wide_decode(routing: str, n: int, k: int, block_k: int, arch: str = 
     return grouped_mma_streamk(routing, 4, 1, 128, block_k, 3, arch)
 
 
+def expected_launch_tiles(problem: GroupedProblem, launch: Launch) -> float:
+    """The tiles ``launch`` expects for ``problem``: its row tiles over the experts' Poisson rows
+    (wave_model.mean_row_tiles), times its column tiles over N."""
+    return mean_row_tiles(problem.rows_per_expert, problem.num_experts, launch.rows_per_cta) * \
+        -(-problem.n // launch.cols_per_cta)
+
+
 def widen_decode(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH, sms: int = H200_SMS) -> Launch:
     """``launch``, or its wide decode tile (grouped_wide_decode) where the call's expected tiles
     of it (the experts' Poisson rows) fill WIDE_DECODE_TILES_PER_CTA per resident CTA, or one
@@ -260,8 +267,7 @@ def widen_decode(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_AR
     wide = grouped_wide_decode(problem.routing, problem.n, problem.k, problem.block_k, arch)
     if wide is None or problem.rows_per_expert < WIDE_DECODE_MIN_ROWS:
         return launch
-    tiles = mean_row_tiles(problem.rows_per_expert, problem.num_experts, wide.rows_per_cta) * \
-        -(-problem.n // wide.cols_per_cta)
+    tiles = expected_launch_tiles(problem, wide)
     ctas = resident_ctas(wide, sms)
     return wide if tiles >= WIDE_DECODE_TILES_PER_CTA * ctas or MMA_WHOLE_FILL * ctas <= tiles <= ctas else launch
 
@@ -284,12 +290,17 @@ def grouped_decode_16(routing: str, block_k: int, arch: str = DEFAULT_ARCH) -> L
     return grouped_mma_streamk(routing, 2, 2, 256, block_k, DECODE_16_STAGES, arch)
 
 
+def takes_decode_16(routing: str, k: int) -> bool:
+    """Whether the 16-row decode tile may serve ``routing`` on K=``k``: the offsets and masked
+    forms, deep K."""
+    return routing in SHALLOW_DECODE_FORMS and k >= WGMMA_MIN_K
+
+
 def decode_16(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH) -> Launch:
-    """``launch``, or grouped_decode_16 where ``launch`` is the offsets or masked form's 8-row
-    decode tile on deep K and the experts expect DECODE_16_MIN_ROWS+ rows."""
-    cfg = launch.spec.config
-    if (launch.spec.family != "grouped_mma_sk" or cfg["TT"] != 1 or problem.routing not in SHALLOW_DECODE_FORMS
-            or problem.k < WGMMA_MIN_K or problem.rows_per_expert < DECODE_16_MIN_ROWS):
+    """``launch``, or grouped_decode_16 where ``launch`` is the 8-row decode tile of a problem
+    takes_decode_16 admits and the experts expect DECODE_16_MIN_ROWS+ rows."""
+    if (launch.spec.family != "grouped_mma_sk" or launch.spec.config["TT"] != 1
+            or not takes_decode_16(problem.routing, problem.k) or problem.rows_per_expert < DECODE_16_MIN_ROWS):
         return launch
     return grouped_decode_16(problem.routing, problem.block_k, arch)
 
@@ -353,8 +364,7 @@ def shallow_decode(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_
     if (shallow is None
             or not SHALLOW_DECODE_MIN_ROWS <= problem.rows_per_expert <= shallow_decode_max_rows(memory_tbps)):
         return launch
-    tiles = mean_row_tiles(problem.rows_per_expert, problem.num_experts, shallow.rows_per_cta) * \
-        -(-problem.n // shallow.cols_per_cta)
+    tiles = expected_launch_tiles(problem, shallow)
     return shallow if tiles >= SHALLOW_DECODE_TILES_PER_CTA * resident_ctas(shallow, sms) else launch
 
 
@@ -429,9 +439,7 @@ def few_wave_32(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARC
     and its expected tiles make under MID_BATCH_24_MIN_WAVES waves on ``sms``."""
     if not is_mid_batch_32(problem.routing, launch):
         return launch
-    tiles = mean_row_tiles(problem.rows_per_expert, problem.num_experts, FEW_WAVE_32_ROWS) * \
-        -(-problem.n // launch.cols_per_cta)
-    if tiles >= MID_BATCH_24_MIN_WAVES * sms:
+    if expected_launch_tiles(problem, launch) >= MID_BATCH_24_MIN_WAVES * sms:
         return launch
     return grouped_few_wave_32(problem.routing, problem.n, problem.block_k, arch)
 
@@ -653,8 +661,7 @@ def grouped_launch_variants(routing: str, n: int, k: int, rows: int, block_k: in
     launch = grouped_launch(routing, n, k, rows, block_k, arch)
     splits = split_k_choices(k, block_k)[1:] if splits_k(launch) else ()
     wide = grouped_wide_decode(routing, n, k, block_k, arch) if rows == 8 else None
-    d16 = (grouped_decode_16(routing, block_k, arch) if rows == 8 and routing in SHALLOW_DECODE_FORMS
-           and k >= WGMMA_MIN_K else None)
+    d16 = grouped_decode_16(routing, block_k, arch) if rows == 8 and takes_decode_16(routing, k) else None
     shallow = grouped_shallow_decode(routing, block_k, arch) if replaces_decode_ring(launch) else None
     narrow = grouped_narrow_mid_batch(routing, n, block_k, arch) if rows == 16 and takes_narrow_mid_batch(routing, n, k) else None
     few = grouped_few_wave_32(routing, n, block_k, arch) if is_mid_batch_32(routing, launch) else None
