@@ -17,7 +17,10 @@
 #   3. midprof (~3 min, either GPU): ncu's full set on indexed EP8 T=128 gate_up, main, its
 #      feed-only build and Humming's, for v60's next step (where the k loop waits: the full
 #      barrier, the scoreboard, the issue slots; whether the SMs are balanced)
-#   4. idxgrid (~2 min): the indexed grid (no indexed change since 7515572: only if time is left)
+#   4. prefdn (~4 min): ncu's full set on masked and offsets EP32 T=8192 down, and Humming's masked:
+#      why our masked prefill down runs ~13 % behind Humming's over eight grids (the offsets form,
+#      the same tile on BLOCK_K-64 weights, is level)
+#   5. idxgrid (~2 min): the indexed grid (no indexed change since 7515572: only if time is left)
 # On an H100 (if that is what comes): grpchk, then grpgrid for the H100 section (v47 and v48 are
 # new there; v49's bound does not apply on the H100's memory: grouped-kernels.md v49).
 # Reusable steps: probe, feed, feedmid, split, stream (the diagnostics of indexed-kernels.md
@@ -182,6 +185,16 @@ for step in "$@"; do
         st "midprof_${who#*:}" $?
       done
       rm -f "$D"/midprof/*.ncu-rep ;;  # (the details, raw and SASS pages stay: the reports are too big to bring back)
+    prefdn)  # why masked prefill down runs 13 % behind Humming's (EP32 T=8192: 2819-3082 µs against
+      # 2443-2806 over eight grids, at the same 1980 MHz in the last) while the offsets form is level:
+      # ncu's full set on EP32 T=8192 down, our masked and offsets forms (the same 128 x 240 tile; the
+      # masked weight's BLOCK_K-128 stage boxes read 16 of each 32 bytes) and Humming's masked (~4 min)
+      for who in chord:grouped_masked chord:grouped_contiguous humming:grouped_masked; do
+        OUT=$D/prefdn timeout 200 bash benchmarks/ncu_point.sh "${who%%:*}" ep32 8192 down uniform "${who#*:}" \
+          -- --family grouped --paths "${who#*:}" >> "$D/prefdn.log" 2>&1
+        st "prefdn_${who}" $?
+      done
+      rm -f "$D"/prefdn/*.ncu-rep ;;
     idxgrid)
       label=$(apply_candidates) || { st idxgrid_apply 1; exit 1; }
       OUT=$D/idxgrid CHORD_COMMIT=$label CHORD_BUDGET_S=120 HUMMING_BUDGET_S=170 HUMMING_PREWARM_JOBS=12 \
@@ -192,7 +205,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install grpgrid grpchk idxgrid midprof probe feed feedmid split stream)" >&2 ;;
+    *) echo "unknown step $step (install grpgrid grpchk idxgrid midprof prefdn probe feed feedmid split stream)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
