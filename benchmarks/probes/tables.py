@@ -20,7 +20,9 @@ def mainloop_rows(records: list[dict]) -> list[str]:
             "tensor % | registers | local B | MHz |")
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in records:
-        busy = 100.0 * r["tensor_cycles_nominal"] / r["cycles_per_stage"] if r["work"] != "dequant" else None
+        # the tile's tensor work runs whole only where every consumer warpgroup issues wgmmas
+        busy = (100.0 * r["tensor_cycles_nominal"] / r["cycles_per_stage"]
+                if r["work"] in ("production", "both", "mma_only", "pingpong") else None)
         out.append(
             f"| {r['tile']} | {r['wm']} x {r['bn']} x {r['cwg']} | {r['work']} | {r['depth']} | {r['grid']} | "
             f"{r['cycles_per_stage']:.0f} | {r['cycles_per_stage_slowest_cta']:.0f} | {r['tensor_cycles_nominal']:.0f} | "

@@ -14,6 +14,16 @@
 // "both" at DEPTH 1 should read as "production" (the copy is faithful); DEPTH 2 and 3 keep more
 // wgmma groups in flight (4 A register sets, one a k step of the stage), to see whether the wait
 // on the previous group is what a k step waits for.
+// Why "both" costs about dequant + half of mma_only on the 512 x 32 tile (1084 cycles against 813
+// and 512; indexed-kernels.md v49/v60), where two pipes should overlap, three variants more:
+//   pingpong       "both" with the consumer warpgroups in two teams that take turns to issue
+//                  their k step's wgmmas (named barriers, as FlashAttention-3 orders its GEMMs):
+//                  does staggering the teams let one dequantize while the other's wgmmas run?
+//   split          half the warpgroups run mma_only's k loop, the other half dequant's, at once:
+//                  near the slower of split_mma / split_dequant (each half alone, the other idle)
+//                  says the SM overlaps the two kinds of work across warps, so "both" loses its
+//                  overlap inside each warp; near their sum says the two contend for the SM's
+//                  issue slots or register file whichever warp runs them.
 //
 // Build and run on the device: benchmarks/probes/run_mainloop.sh (JSON lines, one a kernel and
 // grid, and a markdown table). CPU CI compiles it (tests/test_probes.py: no spill, no serialized
@@ -34,8 +44,25 @@ using namespace chord;
 
 constexpr int kSlots = 4;  // ring slots the loop cycles through
 
-enum Work : int { kProduction = 0, kBoth = 1, kMmaOnly = 2, kDequantOnly = 3 };
-constexpr const char* kWorkNames[] = {"production", "both", "mma_only", "dequant"};
+enum Work : int {
+  kProduction = 0,
+  kBoth = 1,
+  kMmaOnly = 2,
+  kDequantOnly = 3,
+  kPingPong = 4,
+  kSplit = 5,
+  kSplitMma = 6,
+  kSplitDequant = 7
+};
+constexpr const char* kWorkNames[] = {"production", "both",  "mma_only",  "dequant",
+                                      "pingpong",   "split", "split_mma", "split_dequant"};
+
+// Turn-taking between two teams of consumer warpgroups (pingpong): team t waits on barrier
+// kTurnBarrier + t before issuing a k step's wgmmas and, once they are issued, arrives on the
+// other team's. Team 1 arrives on team 0's barrier once before its loop (team 0 goes first) and
+// team 0 waits on its own once after its loop, so every barrier generation gets all consumer
+// threads. Barrier 1 is timed()'s.
+constexpr int kTurnBarrier = 2;
 
 // fold ^= a ^ b in one LOP3: the dequantized fragments must go somewhere or ptxas drops them (an
 // empty asm statement does not keep them: ptxas never sees it). Costs the dequant-only loop one
@@ -67,13 +94,24 @@ __device__ void fill(typename Tile::Smem& sm, uint32_t seed) {
 // first, dequantize step kt into an A set, issue its wgmmas, commit, wait until DEPTH groups are
 // left in flight), with the dequantization or the wgmmas switched off. DEPTH 1 uses two A sets
 // (kt & 1) as production does; DEPTH 2-3 four (set kt: the group that last read it is 4 back).
-template <class Tile, int WM, int DEPTH, bool DEQUANT, bool MMA>
+template <class Tile, int WM, int DEPTH, bool DEQUANT, bool MMA, bool TURNS = false>
 struct OwnLoop {
   static constexpr int kSets = DEPTH == 1 ? 2 : 4;
   static_assert(DEPTH >= 1 && DEPTH <= 3, "1..3 groups in flight");
   static_assert(!DEQUANT || !Tile::kOperandsPerStep, "tiles that load operands per k step dequantize in production only");
   using Acc = typename Tile::Acc;
   using Sets = uint32_t[kSets][WM][4];
+  static constexpr int kConsumerThreads = 32 * Tile::kConsumerWarps;
+  // The team of this thread's warpgroup: the first half of the consumer warpgroups, or the second.
+  __device__ __forceinline__ static int team() {
+    return (threadIdx.x - Tile::kProducerThreads) / 128 / (Tile::kConsumerWarpgroups / 2);
+  }
+  __device__ __forceinline__ static void turns_begin() {
+    if constexpr (TURNS) if (team() == 1) named_barrier_arrive<kConsumerThreads>(kTurnBarrier);
+  }
+  __device__ __forceinline__ static void turns_end() {
+    if constexpr (TURNS) if (team() == 0) named_barrier_sync<kConsumerThreads>(kTurnBarrier);
+  }
 
   __device__ __forceinline__ static void stage(typename Tile::Smem& sm, int slot, Acc& acc, Sets& a, bool first,
                                                uint32_t& fold) {
@@ -111,10 +149,12 @@ struct OwnLoop {
         for (int m = 0; m < WM; ++m)
 #pragma unroll
           for (int i = 0; i < Tile::Mma::kAccRegs; ++i) fence_operand(acc[m][i]);
+        if constexpr (TURNS) named_barrier_sync<kConsumerThreads>(kTurnBarrier + team());
         wgmma_fence();
 #pragma unroll
         for (int m = 0; m < WM; ++m) Tile::Mma::mma(acc[m], a[set][m], desc + 2 * kt, !(first && kt == 0));
         wgmma_commit_group();
+        if constexpr (TURNS) named_barrier_arrive<kConsumerThreads>(kTurnBarrier + (team() ^ 1));
 #pragma unroll
         for (int m = 0; m < WM; ++m)
 #pragma unroll
@@ -155,6 +195,7 @@ struct Probe {
     for (int m = 0; m < WM; ++m)
 #pragma unroll
       for (int i = 0; i < Tile::Mma::kAccRegs; ++i) fence_operand(acc[m][i]);
+    named_barrier_sync<1, kConsumerThreads>();  // the slowest consumer's end (split: the halves differ)
     const long long t1 = clock64();
     float s = 0.f;
 #pragma unroll
@@ -175,32 +216,56 @@ struct Probe {
         Tile::drain(acc, afrag);
       });
     } else if constexpr (WORK == kMmaOnly) {
-      using Loop = OwnLoop<Tile, WM, DEPTH, false, true>;
+      timed(out, stages, [&](typename Tile::Acc& acc) { mma_only_loop(sm, acc, stages); });
+    } else if constexpr (WORK == kSplit || WORK == kSplitMma || WORK == kSplitDequant) {
+      // The first half of the consumer warpgroups runs mma_only's loop, the second dequant's.
+      const bool mma_half = (threadIdx.x - Tile::kProducerThreads) / 128 < CWG / 2;
       timed(out, stages, [&](typename Tile::Acc& acc) {
-        typename Loop::Sets a;
-#pragma unroll
-        for (int s = 0; s < Loop::kSets; ++s)
-#pragma unroll
-          for (int m = 0; m < WM; ++m)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) a[s][m][i] = 0x3c003c00u ^ (threadIdx.x * 0x00010001u & 0x007f007fu);
-        uint32_t fold = 0;
-        for (int i = 0; i < stages; ++i) Loop::stage(sm, i % kSlots, acc, a, i == 0, fold);
-      });
-    } else {
-      using Loop = OwnLoop<Tile, WM, DEPTH, true, WORK == kBoth>;
-      timed(out, stages, [&](typename Tile::Acc& acc) {
-        typename Loop::Sets a;
-        uint32_t fold = 0;
-        for (int i = 0; i < stages; ++i) Loop::stage(sm, i % kSlots, acc, a, i == 0, fold);
-        if constexpr (WORK == kDequantOnly) {  // the sum below reads the fold instead
-#pragma unroll
-          for (int m = 0; m < WM; ++m)
-#pragma unroll
-            for (int i = 0; i < Tile::Mma::kAccRegs; ++i) acc[m][i] = m == 0 && i == 0 ? __uint_as_float(fold & 0x3fffffffu) : 0.f;
+        if (mma_half && WORK != kSplitDequant) mma_only_loop(sm, acc, stages);
+        // The dequant half keeps its fold alive by a store that never happens (writing it into the
+        // accumulators as dequant does would make ptxas serialize the other half's wgmmas, C7515).
+        if (!mma_half && WORK != kSplitMma) {
+          const uint32_t fold = dequant_loop<false, false, false>(sm, acc, stages);
+          if (fold == 0x9e3779b9u) out[gridDim.x].cycles = fold;
         }
       });
+    } else {
+      timed(out, stages, [&](typename Tile::Acc& acc) {
+        dequant_loop<WORK == kBoth || WORK == kPingPong, WORK == kPingPong>(sm, acc, stages);
+      });
     }
+  }
+
+  // mma_only: the wgmmas on fixed A fragments.
+  __device__ __forceinline__ static void mma_only_loop(typename Tile::Smem& sm, typename Tile::Acc& acc, int stages) {
+    using Loop = OwnLoop<Tile, WM, DEPTH, false, true>;
+    typename Loop::Sets a;
+#pragma unroll
+    for (int s = 0; s < Loop::kSets; ++s)
+#pragma unroll
+      for (int m = 0; m < WM; ++m)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[s][m][i] = 0x3c003c00u ^ (threadIdx.x * 0x00010001u & 0x007f007fu);
+    uint32_t fold = 0;
+    for (int i = 0; i < stages; ++i) Loop::stage(sm, i % kSlots, acc, a, i == 0, fold);
+  }
+
+  // The dequantization, with the wgmmas (both; pingpong taking turns) or without (dequant).
+  template <bool MMA, bool TURNS, bool FOLD_INTO_ACC = true>
+  __device__ __forceinline__ static uint32_t dequant_loop(typename Tile::Smem& sm, typename Tile::Acc& acc, int stages) {
+    using Loop = OwnLoop<Tile, WM, DEPTH, true, MMA, TURNS>;
+    typename Loop::Sets a;
+    uint32_t fold = 0;
+    Loop::turns_begin();
+    for (int i = 0; i < stages; ++i) Loop::stage(sm, i % kSlots, acc, a, i == 0, fold);
+    Loop::turns_end();
+    if constexpr (!MMA && FOLD_INTO_ACC) {  // the sum below reads the fold instead
+#pragma unroll
+      for (int m = 0; m < WM; ++m)
+#pragma unroll
+        for (int i = 0; i < Tile::Mma::kAccRegs; ++i) acc[m][i] = m == 0 && i == 0 ? __uint_as_float(fold & 0x3fffffffu) : 0.f;
+    }
+    return fold;
   }
 };
 
@@ -235,7 +300,7 @@ Case make_case(const char* tile) {
 // WM * BN > 64 load their operands a k step at a time because they lack the registers to hold a
 // stage's (Tile::kOperandsPerStep), and this file's loops hold them (there ptxas serializes even
 // the fixed-fragment wgmmas, C7512), so those run production only.
-template <int WM, int BN, int CWG>
+template <int WM, int BN, int CWG, bool OVERLAP = false>
 void add_shape(std::vector<Case>& cases, const char* tile) {
   cases.push_back(make_case<WM, BN, CWG, kProduction, 1>(tile));
   if constexpr (!WgmmaTile<WM, BN, kSlots, 64, CWG>::kOperandsPerStep) {
@@ -245,16 +310,22 @@ void add_shape(std::vector<Case>& cases, const char* tile) {
     cases.push_back(make_case<WM, BN, CWG, kBoth, 2>(tile));
     cases.push_back(make_case<WM, BN, CWG, kBoth, 3>(tile));
     cases.push_back(make_case<WM, BN, CWG, kMmaOnly, 2>(tile));
+    if constexpr (OVERLAP) {  // the overlap questions (the variants' comment at the top)
+      cases.push_back(make_case<WM, BN, CWG, kPingPong, 1>(tile));
+      cases.push_back(make_case<WM, BN, CWG, kSplit, 1>(tile));
+      cases.push_back(make_case<WM, BN, CWG, kSplitMma, 1>(tile));
+      cases.push_back(make_case<WM, BN, CWG, kSplitDequant, 1>(tile));
+    }
   }
 }
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  add_shape<2, 56, 2>(cases, "TP8 T=2048 down (stream-K 256 x 56)");
+  add_shape<2, 56, 2, true>(cases, "TP8 T=2048 down (stream-K 256 x 56)");
   add_shape<2, 96, 2>(cases, "TP8 T=8192 down (stream-K 256 x 96)");
   add_shape<2, 128, 2>(cases, "EP8 prefill (256 x 128)");
   add_shape<2, 56, 4>(cases, "TP8 T=2048 gate_up (tile loop 512 x 56)");
-  add_shape<2, 32, 4>(cases, "EP8 T=128 (512 x 32)");
+  add_shape<2, 32, 4, true>(cases, "EP8 T=128 (512 x 32)");
   add_shape<1, 56, 4>(cases, "alternative: 256 x 56 on 4 warpgroups");
   add_shape<1, 96, 4>(cases, "alternative: 256 x 96 on 4 warpgroups");
   return cases;

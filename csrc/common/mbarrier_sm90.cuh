@@ -66,6 +66,14 @@ __device__ __forceinline__ void named_barrier_sync(int id) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");
 }
 
+// Arrive on a named barrier without waiting (the producer side of a turn-taking handoff: the
+// barrier completes once THREADS threads, the waiters' bar.sync included, have arrived).
+template <int THREADS>
+__device__ __forceinline__ void named_barrier_arrive(int id) {
+  static_assert(THREADS % 32 == 0, "whole warps");
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");
+}
+
 // Hand registers between warpgroups (all warps of a warpgroup execute it; counts are per
 // thread, multiples of 8 in 24..256).
 template <int REGS>
