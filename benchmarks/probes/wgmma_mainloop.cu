@@ -328,6 +328,7 @@ std::vector<Case> all_cases() {
   add_shape<2, 32, 4, true>(cases, "EP8 T=128 (512 x 32)");
   add_shape<1, 56, 4>(cases, "alternative: 256 x 56 on 4 warpgroups");
   add_shape<1, 96, 4>(cases, "alternative: 256 x 96 on 4 warpgroups");
+  add_shape<4, 32, 2>(cases, "alternative: 512 x 32 on 2 warpgroups (WM 4)");  // v61 (B)
   return cases;
 }
 
