@@ -420,12 +420,24 @@ def test_tuning_override(monkeypatch):
     # One override string serves both tensor-core families: each takes its own keys.
     wg = dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="NT=4,BN=64,STAGES=4")
     assert wg.spec.config == {"WM": 2, "BN": 64, "STAGES": 4, "CWG": 2}
-    with pytest.raises(ValueError, match="WM 1.2, BN 16.24.32.48.56.64.96.128, STAGES 2..8"):
+    with pytest.raises(ValueError, match="WM 1.2.4, BN 16.24.32.48.56.64.96.128, STAGES 2..8"):
         dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="BN=80")
     with pytest.raises(ValueError, match="WM.BN <= 112"):
         dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="CWG=4")
     wg4 = dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 64), tuning="CWG=4,WM=1")
     assert wg4.spec.threads == 640 and wg4.cols_per_cta == 256 and wg4.smem_bytes <= 227 * 1024
+    # The 512-row mid-batch tile on 2 consumer warpgroups of WM 4 (v61's experiment), and the
+    # WM 4 tiles the kernel cannot hold.
+    mid = IndexedProblem(4096, 7168, 48, 8, 32)
+    wm4 = dispatch.choose_indexed_wgmma(mid, tuning="WM=4,CWG=2")
+    assert wm4.spec.config == {"WM": 4, "BN": 32, "STAGES": 8, "CWG": 2} and wm4.cols_per_cta == 512
+    assert wm4.spec.threads == 384 and wm4.smem_bytes <= 227 * 1024
+    with pytest.raises(ValueError, match="WM.BN <= 112"):
+        dispatch.choose_indexed_wgmma(mid, tuning="WM=4")  # the mid-batch tile's 4 warpgroups
+    with pytest.raises(ValueError, match="WM 4 runs on 2 consumer warpgroups"):
+        dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 16), tuning="WM=4,CWG=4")
+    with pytest.raises(ValueError, match="WM 4 runs on 2 consumer warpgroups"):
+        dispatch.choose_indexed_wgmma(IndexedProblem(4096, 7168, 48, 8, 128), tuning="WM=4")  # BN 128
     monkeypatch.setenv("CHORD_W4A16_BLOCK_M", "24")
     assert dispatch.indexed_block_m(10, 48, 4096, 7168) == 24
 

@@ -20,7 +20,10 @@
 #   4. prefdn (~4 min): ncu's full set on masked and offsets EP32 T=8192 down, and Humming's masked:
 #      why our masked prefill down runs ~13 % behind Humming's over eight grids (the offsets form,
 #      the same tile on BLOCK_K-64 weights, is level)
-#   5. idxgrid (~2 min): the indexed grid (no indexed change since 7515572: only if time is left)
+#   5. probe (~1.5 min, either GPU): the mainloop probe with v61's variants (pingpong, split; the
+#      512 x 32 tile on 2 warpgroups of WM 4), then wm4 (~2 min): that tile against main's, ncu
+#      ABBA on indexed EP8 T=64/128 (CHORD_W4A16_TUNING; indexed-kernels.md v61)
+#   6. idxgrid (~2 min): the indexed grid (no indexed change since 7515572: only if time is left)
 # On an H100 (if that is what comes): grpchk, then grpgrid for the H100 section (v47 and v48 are
 # new there; v49's bound does not apply on the H100's memory: grouped-kernels.md v49).
 # Reusable steps: probe, feed, feedmid, split, stream (the diagnostics of indexed-kernels.md
@@ -185,6 +188,14 @@ for step in "$@"; do
         st "midprof_${who#*:}" $?
       done
       rm -f "$D"/midprof/*.ncu-rep ;;  # (the details, raw and SASS pages stay: the reports are too big to bring back)
+    wm4)  # indexed-kernels.md v61 (B): the 512-row mid-batch tile on 2 consumer warpgroups of WM 4
+      # against main's 4 of WM 2 (CHORD_W4A16_TUNING=WM=4,CWG=2 on both projections: 14 % fewer
+      # consumer instructions a stage, one group of 4 wgmmas a warpgroup a k step), ncu ABBA at the
+      # clocks do_bench sees, indexed EP8 T=64/128 (~2 min); the check column says
+      # whether the WM-4 tile is correct
+      AB_ENV_wm4="CHORD_W4A16_TUNING=WM=4,CWG=2" AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh \
+        "$D/ab_wm4" indexed "--scenarios ep8 --tokens 64,128 --dists uniform" base=. wm4=.
+      st wm4 $? ;;
     prefdn)  # why masked prefill down runs 13 % behind Humming's (EP32 T=8192: 2819-3082 µs against
       # 2443-2806 over eight grids, at the same 1980 MHz in the last) while the offsets form is level:
       # ncu's full set on EP32 T=8192 down, our masked and offsets forms (the same 128 x 240 tile; the
@@ -205,7 +216,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install grpgrid grpchk idxgrid midprof prefdn probe feed feedmid split stream)" >&2 ;;
+    *) echo "unknown step $step (install grpgrid grpchk idxgrid midprof prefdn wm4 probe feed feedmid split stream)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan

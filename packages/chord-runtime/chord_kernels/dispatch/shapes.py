@@ -160,12 +160,17 @@ def apply_tuning(cfg: dict[str, int], k: int, tuning: str) -> dict[str, int]:
     other family's calls in the same run)."""
     cfg = {**cfg, **{key: v for key, v in parse_tuning(tuning).items() if key in cfg}}
     if "WM" in cfg:
-        if cfg["WM"] not in (1, 2) or cfg["BN"] not in WGMMA_BN_CHOICES or not 2 <= cfg["STAGES"] <= 8 or k % 64:
-            raise ValueError(f"tuning {cfg} does not fit K={k} (WM 1|2, BN 16|24|32|48|56|64|96|128, STAGES 2..8, "
+        if cfg["WM"] not in (1, 2, 4) or cfg["BN"] not in WGMMA_BN_CHOICES or not 2 <= cfg["STAGES"] <= 8 or k % 64:
+            raise ValueError(f"tuning {cfg} does not fit K={k} (WM 1|2|4, BN 16|24|32|48|56|64|96|128, STAGES 2..8, "
                              "K a multiple of 64)")
         if cfg["CWG"] not in WGMMA_CWG_CHOICES or (cfg["CWG"] == 4 and cfg["WM"] * cfg["BN"] > 112):
             raise ValueError(f"tuning {cfg}: CWG is 2 or 4, and 4 consumer warpgroups need WM*BN <= 112 "
                              "(their accumulators must fit ~100 registers a thread)")
+        # WM 4 (an experiment, indexed-kernels.md v61: the 512-row tile on 2 consumer warpgroups)
+        # on 2 warpgroups only, within their 128 accumulators a thread.
+        if cfg["WM"] == 4 and (cfg["CWG"] != 2 or cfg["WM"] * cfg["BN"] > 256):
+            raise ValueError(f"tuning {cfg}: WM 4 runs on 2 consumer warpgroups (CWG=2) with WM*BN <= 256 "
+                             "(128 accumulators a thread)")
         if wgmma_smem_bytes(cfg["WM"], cfg["BN"], cfg["STAGES"], cfg["CWG"]) > WGMMA_SMEM_LIMIT:
             raise ValueError(f"tuning {cfg}: the ring needs more shared memory than an SM has")
     elif k % cfg["STAGE_K"] or cfg["STAGE_K"] % 64 or not 1 <= cfg["TT"] <= MAX_TOKEN_TILES:
