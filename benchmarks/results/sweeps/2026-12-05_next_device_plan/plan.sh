@@ -23,7 +23,9 @@
 #   5. probe (~1.5 min, either GPU): the mainloop probe with v61's variants (pingpong, split; the
 #      512 x 32 tile on 2 warpgroups of WM 4), then wm4 (~2 min): that tile against main's, ncu
 #      ABBA on indexed EP8 T=64/128 (CHORD_W4A16_TUNING; indexed-kernels.md v61)
-#   6. idxgrid (~2 min): the indexed grid (no indexed change since 7515572: only if time is left)
+#   6. if the probe's pingpong reads well under both (v61 (L)): turnschk abturns (~8 min, carry
+#      [".whl", ".ab/turns"]; the tree: benchmarks/results/sweeps/2026-12-06_v61_turns/README.md)
+#   7. idxgrid (~2 min): the indexed grid (no indexed change since 7515572: only if time is left)
 # On an H100 (if that is what comes): grpchk, then grpgrid for the H100 section (v47 and v48 are
 # new there; v49's bound does not apply on the H100's memory: grouped-kernels.md v49).
 # Reusable steps: probe, feed, feedmid, split, stream (the diagnostics of indexed-kernels.md
@@ -196,6 +198,19 @@ for step in "$@"; do
       AB_ENV_wm4="CHORD_W4A16_TUNING=WM=4,CWG=2" AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh \
         "$D/ab_wm4" indexed "--scenarios ep8 --tokens 64,128 --dists uniform" base=. wm4=.
       st wm4 $? ;;
+    turnschk)  # v61 (L), the turns tree (.ab/turns, carried): its indexed wgmma and grouped GPU tests,
+      # memcheck and racecheck on the 4-warpgroup tile loop's cases (~4 min)
+      tree_checks turns "tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py" "auto or wgmma or grouped" \
+        wgmma "grouped:4-warpgroup" "grouped:512 x 24" ;;
+    abturns)  # v61 (L): the turns tree against main, ncu ABBA at the clocks do_bench sees, on the
+      # 4-warpgroup tile loops: indexed EP8 T=128 and TP8 T=2048 gate_up (EP8 T=64 runs the
+      # stream-K tile, unchanged: the control), grouped offsets EP16/EP32 T=64/128 (~4 min)
+      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_turns_indexed" indexed \
+        "--scenarios ep8,tp8 --tokens 64,128,2048 --dists uniform" base=. turns=.ab/turns
+      st abturns_indexed $?
+      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_turns_grouped" grouped \
+        "--paths grouped_contiguous --scenarios ep16,ep32 --tokens 64,128 --dists uniform" base=. turns=.ab/turns
+      st abturns_grouped $? ;;
     prefdn)  # why masked prefill down runs 13 % behind Humming's (EP32 T=8192: 2819-3082 µs against
       # 2443-2806 over eight grids, at the same 1980 MHz in the last) while the offsets form is level:
       # ncu's full set on EP32 T=8192 down, our masked and offsets forms (the same 128 x 240 tile; the
@@ -216,7 +231,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install grpgrid grpchk idxgrid midprof prefdn wm4 probe feed feedmid split stream)" >&2 ;;
+    *) echo "unknown step $step (install grpgrid grpchk idxgrid midprof prefdn wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
