@@ -5,29 +5,28 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the fourteenth session, 2026-12-06, which ran the list before this one on an H200:
-# README.md beside this file). No candidate tree is needed: every step runs main (carry [".whl"];
-# `mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19 packaging` if it is
-# gone). With CHORD_COMMIT=<main's short sha>, one call each, in this order, an H200 first:
-#   1. install grpgrid (~4-6 min: Humming's JIT prewarm took 87 s on one machine and 180 s on a
-#      fresh one): the grouped grid with grouped v47, v48 and v49 in (landed 2026-12-06 from ncu
-#      A/Bs; docs/performance.md's grouped H200 table is at 7515572, before them)
-#   2. grpchk (~2 min): every grouped GPU test on main, memcheck and racecheck on the cases of the
-#      three (the 16-row decode, the few-wave 32-row tiles, the 2-stage decode ring)
-#   3. midprof (~3 min, either GPU): ncu's full set on indexed EP8 T=128 gate_up, main, its
-#      feed-only build and Humming's, for v60's next step (where the k loop waits: the full
-#      barrier, the scoreboard, the issue slots; whether the SMs are balanced)
-#   4. prefdn (~4 min): ncu's full set on masked and offsets EP32 T=8192 down, and Humming's masked:
-#      why our masked prefill down runs ~13 % behind Humming's over eight grids (the offsets form,
-#      the same tile on BLOCK_K-64 weights, is level)
-#   5. probe (~1.5 min, either GPU): the mainloop probe with v61's variants (pingpong, split; the
-#      512 x 32 tile on 2 warpgroups of WM 4), then wm4 (~2 min): that tile against main's, ncu
-#      ABBA on indexed EP8 T=64/128 (CHORD_W4A16_TUNING; indexed-kernels.md v61)
-#   6. if the probe's pingpong reads well under both (v61 (L)): turnschk abturns (~8 min, carry
+# Pending (after the fifteenth session, 2026-12-06, which got no device: 11 refused starts; the
+# fourteenth ran the list before, README.md beside this file). Every step but turnschk/abturns runs
+# main (carry [".whl"]; `mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19
+# packaging` if it is gone). With CHORD_COMMIT=<main's short sha>, one call each, in this order:
+#   1. install probe wm4 midprof (~7 min, either GPU): the mainloop probe with v61's variants
+#      (pingpong, split; the 512 x 32 tile on 2 warpgroups of WM 4) says which of v61's readings
+#      (L), (B), (C) holds; wm4 measures (B)'s tile against main's (ncu ABBA, indexed EP8
+#      T=64/128, CHORD_W4A16_TUNING=WM=4,CWG=2); midprof is ncu's full set on indexed EP8 T=128
+#      gate_up (main, its feed-only build, Humming's): where the k loop waits
+#   2. On an H200: install grpgrid (~4-6 min: Humming's JIT prewarm took 87 s on one machine and
+#      180 s on a fresh one): the grouped grid with grouped v47, v48 and v49 in (docs/performance.md's
+#      grouped H200 table is at 7515572, before them)
+#   3. grpchk (~2 min): every grouped GPU test on main (five were refactored onto one helper and
+#      have not run since), memcheck and racecheck on the 16-row decode, few-wave 32-row and
+#      2-stage decode ring cases
+#   4. prefdn (~4 min): ncu's full set on masked and offsets EP32 T=8192 down, and Humming's
+#      masked (grouped-kernels.md v50: our masked prefill down ~13 % behind, offsets level)
+#   5. if the probe's pingpong reads well under both (v61 (L)): turnschk abturns (~8 min, carry
 #      [".whl", ".ab/turns"]; the tree: benchmarks/results/sweeps/2026-12-06_v61_turns/README.md)
-#   7. idxgrid (~2 min): the indexed grid (no indexed change since 7515572: only if time is left)
-# On an H100 (if that is what comes): grpchk, then grpgrid for the H100 section (v47 and v48 are
-# new there; v49's bound does not apply on the H100's memory: grouped-kernels.md v49).
+#   6. idxgrid (~2 min): the indexed grid (no indexed kernel change since 7515572)
+# On an H100 (if that is what comes): step 1, grpchk, then grpgrid for the H100 section (v47 and
+# v48 are new there; v49's bound does not apply on the H100's memory: grouped-kernels.md v49).
 # Reusable steps: probe, feed, feedmid, split, stream (the diagnostics of indexed-kernels.md
 # v49/v50/v60). Steps that ran are in git history (`git log -- THIS_FILE`) with the design-log
 # entries that read them.
