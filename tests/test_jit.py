@@ -177,8 +177,9 @@ def test_wgmma_smem_bytes_is_the_struct_size(tmp_path, real_nvcc):
     parities and both consumer warpgroup counts, and with the tile loop's deferred epilogue."""
     from chord_kernels.dispatch import WGMMA_BN_CHOICES, tall_wgmma_shape, wgmma_smem_bytes
 
-    configs = [(wm, bn, stages, cwg) for wm in (1, 2) for bn in WGMMA_BN_CHOICES for stages in (5, 6, 8)
-               for cwg in (2, 4) if cwg == 2 or wm * bn <= 64]
+    # WM 4 on 2 warpgroups: the tuning override's (v61) 512-row tile
+    configs = [(wm, bn, stages, cwg) for wm in (1, 2, 4) for bn in WGMMA_BN_CHOICES for stages in (5, 6, 8)
+               for cwg in (2, 4) if (cwg == 2 and wm * bn <= 256) or (cwg == 4 and wm < 4 and wm * bn <= 64)]
     configs.append(tuple(tall_wgmma_shape()[key] for key in ("WM", "BN", "STAGES", "CWG")))  # the offsets form's 240 rows
     configs = [(*cfg, False) for cfg in configs] + [(*cfg, True) for cfg in configs if cfg[3] == 2]  # DEFER_STORE
     sizes = _struct_sizes(real_nvcc, tmp_path, "common/w4a16_wgmma_tile.cuh",
