@@ -64,6 +64,13 @@ constexpr const char* kWorkNames[] = {"production", "both",  "mma_only",  "dequa
 // threads. Barrier 1 is timed()'s.
 constexpr int kTurnBarrier = 2;
 
+// The team of this thread's consumer warpgroup: 0 for the first half of them, 1 for the second
+// (pingpong's turns; split's mma half is team 0).
+template <class Tile>
+__device__ __forceinline__ int team_of() {
+  return (threadIdx.x - Tile::kProducerThreads) / 128 / (Tile::kConsumerWarpgroups / 2);
+}
+
 // fold ^= a ^ b in one LOP3: the dequantized fragments must go somewhere or ptxas drops them (an
 // empty asm statement does not keep them: ptxas never sees it). Costs the dequant-only loop one
 // instruction per two registers, 2 * WM a k step.
@@ -102,10 +109,7 @@ struct OwnLoop {
   using Acc = typename Tile::Acc;
   using Sets = uint32_t[kSets][WM][4];
   static constexpr int kConsumerThreads = 32 * Tile::kConsumerWarps;
-  // The team of this thread's warpgroup: the first half of the consumer warpgroups, or the second.
-  __device__ __forceinline__ static int team() {
-    return (threadIdx.x - Tile::kProducerThreads) / 128 / (Tile::kConsumerWarpgroups / 2);
-  }
+  __device__ __forceinline__ static int team() { return team_of<Tile>(); }
   __device__ __forceinline__ static void turns_begin() {
     if constexpr (TURNS) if (team() == 1) named_barrier_arrive<kConsumerThreads>(kTurnBarrier);
   }
@@ -219,7 +223,7 @@ struct Probe {
       timed(out, stages, [&](typename Tile::Acc& acc) { mma_only_loop(sm, acc, stages); });
     } else if constexpr (WORK == kSplit || WORK == kSplitMma || WORK == kSplitDequant) {
       // The first half of the consumer warpgroups runs mma_only's loop, the second dequant's.
-      const bool mma_half = (threadIdx.x - Tile::kProducerThreads) / 128 < CWG / 2;
+      const bool mma_half = team_of<Tile>() == 0;
       timed(out, stages, [&](typename Tile::Acc& acc) {
         if (mma_half && WORK != kSplitDequant) mma_only_loop(sm, acc, stages);
         // The dequant half keeps its fold alive by a store that never happens (writing it into the
