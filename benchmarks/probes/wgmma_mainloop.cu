@@ -178,8 +178,12 @@ struct OwnLoop {
   }
 };
 
+// Each team's first consumer thread records the span it saw between the two barriers; the host
+// takes the larger. One recorder was not enough: in split_dequant the recorder's team runs an empty
+// body, and ptxas brought its two clock reads together across the barrier (0 cycles, H100 run of
+// 2026-12-06), while the working team's reads stay on either side of its loop.
 struct Result {
-  long long cycles;
+  long long cycles[2];
   float sink;
 };
 
@@ -207,7 +211,8 @@ struct Probe {
 #pragma unroll
       for (int i = 0; i < Tile::Mma::kAccRegs; ++i) s += acc[m][i];
     const int ctid = threadIdx.x - Tile::kProducerThreads;
-    if (ctid == 0) out[blockIdx.x] = Result{t1 - t0, s};
+    if (ctid % (kConsumerThreads / 2) == 0) out[blockIdx.x].cycles[ctid / (kConsumerThreads / 2)] = t1 - t0;
+    if (ctid == 0) out[blockIdx.x].sink = s;
     if (s == 1234.5f) out[gridDim.x].sink = s;  // never true in practice; keeps the sums (and the work) alive
   }
 
@@ -230,7 +235,7 @@ struct Probe {
         // accumulators as dequant does would make ptxas serialize the other half's wgmmas, C7515).
         if (!mma_half && WORK != kSplitMma) {
           const uint32_t fold = dequant_loop<false, false, false>(sm, acc, stages);
-          if (fold == 0x9e3779b9u) out[gridDim.x].cycles = fold;
+          if (fold == 0x9e3779b9u) out[gridDim.x].cycles[0] = fold;
         }
       });
     } else {
@@ -368,7 +373,7 @@ void run(const Case& c, int grid, int stages, int reps) {
     kernel_us.push_back(ms * 1e3);
     check(cudaMemcpy(host.data(), out, sizeof(Result) * grid, cudaMemcpyDeviceToHost), "copy");
     std::vector<double> cyc(grid);
-    for (int b = 0; b < grid; ++b) cyc[b] = double(host[b].cycles) / stages;
+    for (int b = 0; b < grid; ++b) cyc[b] = double(std::max(host[b].cycles[0], host[b].cycles[1])) / stages;
     std::sort(cyc.begin(), cyc.end());
     per_stage_median.push_back(cyc[grid / 2]);
     slowest = std::max(slowest, cyc.back());

@@ -129,13 +129,16 @@ apply_candidates() {
 for step in "$@"; do
   case $step in
     install)
+      rc=0  # the pip installs' (the loop over trees below ends on a false test where none is carried)
       for p in chord-runtime humming-compat chord-pack; do
-        python3 -m pip install -q --no-build-isolation --no-deps -e "packages/$p" >> "$D/install.log" 2>&1
+        python3 -m pip install -q --no-build-isolation --no-deps -e "packages/$p" >> "$D/install.log" 2>&1 || rc=1
       done
       for t in .ab/*/; do  # the trees import the launcher from their own chord_kernels
-        [[ -d $t/packages/chord-runtime/chord_kernels ]] && cp packages/chord-runtime/chord_kernels/_launcher*.so "$t/packages/chord-runtime/chord_kernels/"
+        if [[ -d $t/packages/chord-runtime/chord_kernels ]]; then
+          cp packages/chord-runtime/chord_kernels/_launcher*.so "$t/packages/chord-runtime/chord_kernels/"
+        fi
       done
-      st install $? ;;
+      st install $rc ;;
     probe)  # the wgmma consumers' k loop alone, every production tile shape (~1 min, no install needed)
       PROBE_OUT=$D/probe timeout 300 bash benchmarks/probes/run_mainloop.sh > "$D/probe.log" 2>&1
       st probe $?; tail -45 "$D/probe.log" ;;
@@ -220,6 +223,13 @@ for step in "$@"; do
         st "prefdn_${who}" $?
       done
       rm -f "$D"/prefdn/*.ncu-rep ;;
+    prefdn2)  # grouped-kernels.md v51: masked EP32 T=8192 down runs 13-15 % behind Humming under
+      # do_bench at 1980 MHz yet level in ncu's cycles (1.6 GHz, L2 flushed clean): our masked and
+      # offsets forms under do_bench's zero flush (dirty L2) and a read flush (clean), zero again
+      # last (Chord only, both paths, EP32 T=8192, both projections; ~2 min)
+      OUT=$D/prefdn2 timeout 300 bash benchmarks/sweep.sh --family grouped --scenarios ep32 --tokens 8192 -- \
+        zero:CHORD_BENCH_FLUSH=zero read:CHORD_BENCH_FLUSH=read zero2:CHORD_BENCH_FLUSH=zero > "$D/prefdn2.log" 2>&1
+      st prefdn2 $?; tail -12 "$D/prefdn2.log" ;;
     idxgrid)
       label=$(apply_candidates) || { st idxgrid_apply 1; exit 1; }
       OUT=$D/idxgrid CHORD_COMMIT=$label CHORD_BUDGET_S=120 HUMMING_BUDGET_S=170 HUMMING_PREWARM_JOBS=12 \
@@ -230,7 +240,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install grpgrid grpchk idxgrid midprof prefdn wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
+    *) echo "unknown step $step (install grpgrid grpchk idxgrid midprof prefdn prefdn2 wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
