@@ -223,6 +223,14 @@ for step in "$@"; do
         st "prefdn_${who}" $?
       done
       rm -f "$D"/prefdn/*.ncu-rep ;;
+    biaschk)  # indexed-kernels.md v62: the 136 bias from its bits (HADD2's immediate, -2 instructions a
+      # stage in every wgmma k loop): the bit-exactness test and the Kimi shapes of both families
+      # (every kernel family the dispatch picks there, decode's mma tile included; ~4 min); the
+      # probe after it reads the production k loop (1084 cycles a stage at 779f770)
+      timeout 250 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py -q \
+        -p no:cacheprovider -k "bit_exact or kimi_shapes_random or masked or contiguous_offsets" \
+        > "$D/biaschk_pytest.log" 2>&1
+      st biaschk_pytest $?; tail -3 "$D/biaschk_pytest.log" ;;
     prefdn2)  # grouped-kernels.md v51: masked EP32 T=8192 down runs 13-15 % behind Humming under
       # do_bench at 1980 MHz yet level in ncu's cycles (1.6 GHz, L2 flushed clean): our masked and
       # offsets forms under do_bench's zero flush (dirty L2) and a read flush (clean), zero again
@@ -240,7 +248,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install grpgrid grpchk idxgrid midprof prefdn prefdn2 wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
+    *) echo "unknown step $step (install grpgrid grpchk idxgrid midprof prefdn prefdn2 biaschk wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
