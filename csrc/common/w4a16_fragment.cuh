@@ -107,9 +107,7 @@ constexpr uint32_t kOffsetBiasBf16x2 = 0xC308C308u;
 
 // One fragment word -> the four BF16x2 A registers holding u - 8 (exact), unscaled.
 __device__ __forceinline__ void centered_fragment(uint32_t word, uint32_t (&a)[4]) {
-  // BF16x2 (136, 136) from its bits: __floats2bfloat162_rn(136.f, 136.f) is an F2FP that ptxas
-  // does not fold, rebuilt (with a move) at every stage of the wgmma k loop under register pressure.
-  const __nv_bfloat162 bias = __halves2bfloat162(__ushort_as_bfloat16(0x4308), __ushort_as_bfloat16(0x4308));
+  const __nv_bfloat162 bias = __floats2bfloat162_rn(136.f, 136.f);
   offset_fragment(word, a);
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
