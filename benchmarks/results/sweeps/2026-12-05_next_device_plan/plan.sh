@@ -5,28 +5,19 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the fifteenth session, 2026-12-06, which got no device: 11 refused starts; the
-# fourteenth ran the list before, README.md beside this file). Every step but turnschk/abturns runs
-# main (carry [".whl"]; `mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19
-# packaging` if it is gone). With CHORD_COMMIT=<main's short sha>, one call each, in this order:
-#   1. install probe wm4 midprof (~7 min, either GPU): the mainloop probe with v61's variants
-#      (pingpong, split; the 512 x 32 tile on 2 warpgroups of WM 4) says which of v61's readings
-#      (L), (B), (C) holds; wm4 measures (B)'s tile against main's (ncu ABBA, indexed EP8
-#      T=64/128, CHORD_W4A16_TUNING=WM=4,CWG=2); midprof is ncu's full set on indexed EP8 T=128
-#      gate_up (main, its feed-only build, Humming's): where the k loop waits
-#   2. On an H200: install grpgrid (~4-6 min: Humming's JIT prewarm took 87 s on one machine and
-#      180 s on a fresh one): the grouped grid with grouped v47, v48 and v49 in (docs/performance.md's
-#      grouped H200 table is at 7515572, before them)
-#   3. grpchk (~2 min): every grouped GPU test on main (five were refactored onto one helper and
-#      have not run since), memcheck and racecheck on the 16-row decode, few-wave 32-row and
-#      2-stage decode ring cases
-#   4. prefdn (~4 min): ncu's full set on masked and offsets EP32 T=8192 down, and Humming's
-#      masked (grouped-kernels.md v50: our masked prefill down ~13 % behind, offsets level)
-#   5. if the probe's pingpong reads well under both (v61 (L)): turnschk abturns (~8 min, carry
-#      [".whl", ".ab/turns"]; the tree: benchmarks/results/sweeps/2026-12-06_v61_turns/README.md)
-#   6. idxgrid (~2 min): the indexed grid (no indexed kernel change since 7515572)
-# On an H100 (if that is what comes): step 1, grpchk, then grpgrid for the H100 section (v47 and
-# v48 are new there; v49's bound does not apply on the H100's memory: grouped-kernels.md v49).
+# Pending (after the sixteenth session, 2026-12-06: every device lent was an H100; it ran probe,
+# wm4, midprof, grpchk, the H100 grids (grpgrid, idxgrid), prefdn, prefdn2 and the bias candidate's
+# tests (biaschk, in git history); README.md beside this file and indexed-kernels.md v62 /
+# grouped-kernels.md v51 say what each decided). Every step but abbias/turnschk/abturns runs main
+# (carry [".whl"]; `mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19
+# packaging` if it is gone). With CHORD_COMMIT=<main's short sha>, one call each, in this order,
+# all on an H200 (an H100's mid batch is bytes-bound: it cannot rank k-loop changes):
+#   1. install grpgrid (~7.5 min on the H100, Humming's JIT prewarm included): the grouped grid with
+#      grouped v46-v49 in (docs/performance.md's grouped H200 table is at 7515572, before v47-v49)
+#   2. abbias (~5 min, carry [".whl", ".ab/bias"]; `bash benchmarks/ab_tree.sh 24a33bd bias`): the
+#      immediate 136 bias against main, ncu ABBA (indexed-kernels.md v62)
+#   3. idxgrid (~2.5 min): the indexed grid (no indexed kernel change since 7515572)
+# turnschk/abturns are retired: the probe rejected v61's reading (L) (pingpong above both).
 # Reusable steps: probe, feed, feedmid, split, stream (the diagnostics of indexed-kernels.md
 # v49/v50/v60). Steps that ran are in git history (`git log -- THIS_FILE`) with the design-log
 # entries that read them.
@@ -223,14 +214,14 @@ for step in "$@"; do
         st "prefdn_${who}" $?
       done
       rm -f "$D"/prefdn/*.ncu-rep ;;
-    biaschk)  # indexed-kernels.md v62: the 136 bias from its bits (HADD2's immediate, -2 instructions a
-      # stage in every wgmma k loop): the bit-exactness test and the Kimi shapes of both families
-      # (every kernel family the dispatch picks there, decode's mma tile included; ~4 min); the
-      # probe after it reads the production k loop (1084 cycles a stage at 779f770)
-      timeout 250 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py -q \
-        -p no:cacheprovider -k "bit_exact or kimi_shapes_random or masked or contiguous_offsets" \
-        > "$D/biaschk_pytest.log" 2>&1
-      st biaschk_pytest $?; tail -3 "$D/biaschk_pytest.log" ;;
+    abbias)  # indexed-kernels.md v62: the immediate 136 bias (24a33bd, reverted in 1abe593: the probe read
+      # dequantization alone -14 %, the production k loops mixed) against main, ncu ABBA at the clocks
+      # do_bench sees, on an H200 (the H100's mid batch is bytes-bound): the 512 x 32 tile loop (EP8
+      # T=128), stream-K 256 x 56 / 96 (TP8 T=2048 / 8192), the prefill tile (EP8 T=2048); ~5 min, carry
+      # [".whl", ".ab/bias"] (the tree: bash benchmarks/ab_tree.sh 24a33bd bias)
+      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_bias" indexed \
+        "--scenarios ep8,tp8 --tokens 128,2048,8192 --dists uniform" base=. bias=.ab/bias
+      st abbias $? ;;
     prefdn2)  # grouped-kernels.md v51: masked EP32 T=8192 down runs 13-15 % behind Humming under
       # do_bench at 1980 MHz yet level in ncu's cycles (1.6 GHz, L2 flushed clean): our masked and
       # offsets forms under do_bench's zero flush (dirty L2) and a read flush (clean), zero again
@@ -248,7 +239,7 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
-    *) echo "unknown step $step (install grpgrid grpchk idxgrid midprof prefdn prefdn2 biaschk wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
+    *) echo "unknown step $step (install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
