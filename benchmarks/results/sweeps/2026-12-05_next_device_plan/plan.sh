@@ -14,7 +14,7 @@
 # all on an H200 (an H100's mid batch is bytes-bound: it cannot rank k-loop changes):
 #   1. install grpgrid (~7.5 min on the H100, Humming's JIT prewarm included): the grouped grid with
 #      grouped v46-v49 in (docs/performance.md's grouped H200 table is at 7515572, before v47-v49)
-#   2. abbias (~5 min, carry [".whl", ".ab/bias"]; `bash benchmarks/ab_tree.sh 24a33bd bias`): the
+#   2. abbias (~5 min, carry [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`): the
 #      immediate 136 bias against main, ncu ABBA (indexed-kernels.md v62)
 #   3. idxgrid (~2.5 min): the indexed grid (no indexed kernel change since 7515572)
 # turnschk/abturns are retired: the probe rejected v61's reading (L) (pingpong above both).
@@ -218,9 +218,9 @@ for step in "$@"; do
       # dequantization alone -14 %, the production k loops mixed) against main, ncu ABBA at the clocks
       # do_bench sees, on an H200 (the H100's mid batch is bytes-bound): the 512 x 32 tile loop (EP8
       # T=128), stream-K 256 x 56 / 96 (TP8 T=2048 / 8192), the prefill tile (EP8 T=2048); ~5 min, carry
-      # [".whl", ".ab/bias"] (the tree: bash benchmarks/ab_tree.sh 24a33bd bias)
+      # [".whl", ".ab/24a33bd"] (the tree: bash benchmarks/ab_tree.sh 24a33bd)
       AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_bias" indexed \
-        "--scenarios ep8,tp8 --tokens 128,2048,8192 --dists uniform" base=. bias=.ab/bias
+        "--scenarios ep8,tp8 --tokens 128,2048,8192 --dists uniform" base=. bias=.ab/24a33bd
       st abbias $? ;;
     prefdn2)  # grouped-kernels.md v51: masked EP32 T=8192 down runs 13-15 % behind Humming under
       # do_bench at 1980 MHz yet level in ncu's cycles (1.6 GHz, L2 flushed clean): our masked and
