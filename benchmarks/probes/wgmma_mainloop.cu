@@ -10,7 +10,7 @@
 //   production  Tile::mma_stage as the kernels run it (paired words where the tile loop uses them)
 //   both        this file's copy of that loop (dequantize + wgmma, DEPTH groups left in flight)
 //   mma_only    the wgmmas on fixed A fragments: the tensor pipe's rate for the tile shape
-//   dequant     the dequantization alone (no wgmma): the ALU side
+//   dequant     the dequantization alone (no wgmma runs; one is compiled in: kept_wgmmas)
 // "both" at DEPTH 1 should read as "production" (the copy is faithful); DEPTH 2 and 3 keep more
 // wgmma groups in flight (4 A register sets, one a k step of the stage), to see whether the wait
 // on the previous group is what a k step waits for.
@@ -24,6 +24,11 @@
 //                  says the SM overlaps the two kinds of work across warps, so "both" loses its
 //                  overlap inside each warp; near their sum says the two contend for the SM's
 //                  issue slots or register file whichever warp runs them.
+// Split contends (indexed-kernels.md v62), so which half of the dequantization is it: the same split
+// with the dequantizing half running one instruction class only, and each such half alone:
+//   split_int, split_int_alone   the integer half (SHF + LOP3: offset_fragment, folded by LOP3)
+//   split_fp, split_fp_alone     the BF16 half (HSUB2 + HMUL2 by the scales), each register's
+//                                result the next k step's input, so nothing folds away
 //
 // Build and run on the device: benchmarks/probes/run_mainloop.sh (JSON lines, one a kernel and
 // grid, and a markdown table). CPU CI compiles it (tests/test_probes.py: no spill, no serialized
@@ -52,10 +57,19 @@ enum Work : int {
   kPingPong = 4,
   kSplit = 5,
   kSplitMma = 6,
-  kSplitDequant = 7
+  kSplitDequant = 7,
+  kSplitInt = 8,
+  kSplitIntAlone = 9,
+  kSplitFp = 10,
+  kSplitFpAlone = 11
 };
-constexpr const char* kWorkNames[] = {"production", "both",  "mma_only",  "dequant",
-                                      "pingpong",   "split", "split_mma", "split_dequant"};
+constexpr const char* kWorkNames[] = {"production", "both",      "mma_only",        "dequant",
+                                      "pingpong",   "split",     "split_mma",       "split_dequant",
+                                      "split_int",  "split_int_alone", "split_fp",   "split_fp_alone"};
+
+// Which instructions the dequantizing loop runs: all of dequantize_fragment, its integer half, or its
+// BF16 half (split_int / split_fp).
+enum Part : int { kPartAll = 0, kPartInt = 1, kPartFp = 2 };
 
 // Turn-taking between two teams of consumer warpgroups (pingpong): team t waits on barrier
 // kTurnBarrier + t before issuing a k step's wgmmas and, once they are issued, arrives on the
@@ -101,8 +115,9 @@ __device__ void fill(typename Tile::Smem& sm, uint32_t seed) {
 // first, dequantize step kt into an A set, issue its wgmmas, commit, wait until DEPTH groups are
 // left in flight), with the dequantization or the wgmmas switched off. DEPTH 1 uses two A sets
 // (kt & 1) as production does; DEPTH 2-3 four (set kt: the group that last read it is 4 back).
-template <class Tile, int WM, int DEPTH, bool DEQUANT, bool MMA, bool TURNS = false>
+template <class Tile, int WM, int DEPTH, bool DEQUANT, bool MMA, bool TURNS = false, int PART = kPartAll>
 struct OwnLoop {
+  static_assert(PART == kPartAll || (DEQUANT && !MMA), "one instruction class runs without the wgmmas only");
   static constexpr int kSets = DEPTH == 1 ? 2 : 4;
   static_assert(DEPTH >= 1 && DEPTH <= 3, "1..3 groups in flight");
   static_assert(!DEQUANT || !Tile::kOperandsPerStep, "tiles that load operands per k step dequantize in production only");
@@ -145,7 +160,24 @@ struct OwnLoop {
 #pragma unroll
         for (int m = 0; m < WM; ++m) {
           const uint32_t word = kt == 0 ? w[m].x : kt == 1 ? w[m].y : kt == 2 ? w[m].z : w[m].w;
-          dequantize_fragment(word, s_lo[m][kt / 2], s_hi[m][kt / 2], a[set][m]);
+          if constexpr (PART == kPartAll) {
+            dequantize_fragment(word, s_lo[m][kt / 2], s_hi[m][kt / 2], a[set][m]);
+          } else if constexpr (PART == kPartInt) {
+            offset_fragment(word, a[set][m]);
+          } else {  // kPartFp: the previous k step's registers in (a serial chain a register)
+            // The bias from its bits and the _rn forms: ptxas then keeps one HADD2 (immediate) and one
+            // HMUL2 a register, as production has them. With the bias built by __floats2bfloat162_rn
+            // it runs some subtractions as HFMA2.MMA in kernels without wgmmas (the dequant variant
+            // does: indexed-kernels.md v62), and without _rn it fuses each HMUL2 with the next step's
+            // subtraction into an HFMA2.
+            const __nv_bfloat162 bias = __halves2bfloat162(__ushort_as_bfloat16(0x4308), __ushort_as_bfloat16(0x4308));
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              const __nv_bfloat162 x = *reinterpret_cast<const __nv_bfloat162*>(&a[set ^ 1][m][r]);
+              const __nv_bfloat162 v = __hmul2_rn(__hsub2_rn(x, bias), (r & 1) ? s_hi[m][kt / 2] : s_lo[m][kt / 2]);
+              a[set][m][r] = *reinterpret_cast<const uint32_t*>(&v);
+            }
+          }
         }
       }
       if constexpr (MMA) {
@@ -170,7 +202,7 @@ struct OwnLoop {
           for (int m = 0; m < WM; ++m)
 #pragma unroll
             for (int i = 0; i < 4; ++i) fence_operand(a[s][m][i]);
-      } else {
+      } else if constexpr (PART != kPartFp) {  // the BF16 chain is folded once, after the loop
 #pragma unroll
         for (int m = 0; m < WM; ++m) fold2(fold, a[set][m][0], a[set][m][1]), fold2(fold, a[set][m][2], a[set][m][3]);
       }
@@ -226,23 +258,41 @@ struct Probe {
       });
     } else if constexpr (WORK == kMmaOnly) {
       timed(out, stages, [&](typename Tile::Acc& acc) { mma_only_loop(sm, acc, stages); });
-    } else if constexpr (WORK == kSplit || WORK == kSplitMma || WORK == kSplitDequant) {
-      // The first half of the consumer warpgroups runs mma_only's loop, the second dequant's.
+    } else if constexpr (WORK >= kSplit && WORK <= kSplitFpAlone) {
+      // The first half of the consumer warpgroups runs mma_only's loop, the second dequant's (or one
+      // instruction class of it); the *_alone and split_dequant variants leave the first half idle.
+      constexpr bool kMmaHalfWorks = WORK == kSplit || WORK == kSplitMma || WORK == kSplitInt || WORK == kSplitFp;
+      constexpr int kPart = WORK == kSplitInt || WORK == kSplitIntAlone ? kPartInt
+                            : WORK == kSplitFp || WORK == kSplitFpAlone ? kPartFp
+                                                                        : kPartAll;
       const bool mma_half = team_of<Tile>() == 0;
       timed(out, stages, [&](typename Tile::Acc& acc) {
-        if (mma_half && WORK != kSplitDequant) mma_only_loop(sm, acc, stages);
+        if (mma_half) {
+          if constexpr (kMmaHalfWorks) mma_only_loop(sm, acc, stages);
+          else kept_wgmmas(sm, acc, stages);
+        }
         // The dequant half keeps its fold alive by a store that never happens (writing it into the
         // accumulators as dequant does would make ptxas serialize the other half's wgmmas, C7515).
         if (!mma_half && WORK != kSplitMma) {
-          const uint32_t fold = dequant_loop<false, false, false>(sm, acc, stages);
+          const uint32_t fold = dequant_loop<false, false, false, kPart>(sm, acc, stages);
           if (fold == 0x9e3779b9u) out[gridDim.x].cycles[0] = fold;
         }
       });
     } else {
       timed(out, stages, [&](typename Tile::Acc& acc) {
+        if constexpr (WORK == kDequantOnly) kept_wgmmas(sm, acc, stages);
         dequant_loop<WORK == kBoth || WORK == kPingPong, WORK == kPingPong>(sm, acc, stages);
       });
     }
+  }
+
+  // The variants without wgmmas keep a wgmma loop that never runs (stages is never negative): in a
+  // kernel with no wgmma at all ptxas runs about half of dequantize_fragment's 136-subtractions as
+  // HFMA2.MMA, which no production loop does (they are all HADD2 there), and that form measured
+  // 14-15 % slower on its own (indexed-kernels.md v62). With a wgmma in the kernel ptxas keeps them
+  // HADD2, so the dequantization alone is the one production runs.
+  __device__ __forceinline__ static void kept_wgmmas(typename Tile::Smem& sm, typename Tile::Acc& acc, int stages) {
+    if (stages < 0) mma_only_loop(sm, acc, 1);
   }
 
   // mma_only: the wgmmas on fixed A fragments.
@@ -260,14 +310,28 @@ struct Probe {
   }
 
   // The dequantization, with the wgmmas (both; pingpong taking turns) or without (dequant).
-  template <bool MMA, bool TURNS, bool FOLD_INTO_ACC = true>
+  template <bool MMA, bool TURNS, bool FOLD_INTO_ACC = true, int PART = kPartAll>
   __device__ __forceinline__ static uint32_t dequant_loop(typename Tile::Smem& sm, typename Tile::Acc& acc, int stages) {
-    using Loop = OwnLoop<Tile, WM, DEPTH, true, MMA, TURNS>;
+    using Loop = OwnLoop<Tile, WM, DEPTH, true, MMA, TURNS, PART>;
     typename Loop::Sets a;
     uint32_t fold = 0;
+    if constexpr (PART == kPartFp) {  // the BF16 chain's start: finite values (1.0 + the lane's bits)
+#pragma unroll
+      for (int s = 0; s < Loop::kSets; ++s)
+#pragma unroll
+        for (int m = 0; m < WM; ++m)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a[s][m][i] = 0x3f803f80u ^ (threadIdx.x * 0x00010001u & 0x003f003fu);
+    }
     Loop::turns_begin();
     for (int i = 0; i < stages; ++i) Loop::stage(sm, i % kSlots, acc, a, i == 0, fold);
     Loop::turns_end();
+    if constexpr (PART == kPartFp) {  // every chain's last values, so none of them folds away
+#pragma unroll
+      for (int s = 0; s < Loop::kSets; ++s)
+#pragma unroll
+        for (int m = 0; m < WM; ++m) fold2(fold, a[s][m][0], a[s][m][1]), fold2(fold, a[s][m][2], a[s][m][3]);
+    }
     if constexpr (!MMA && FOLD_INTO_ACC) {  // the sum below reads the fold instead
 #pragma unroll
       for (int m = 0; m < WM; ++m)
@@ -324,6 +388,10 @@ void add_shape(std::vector<Case>& cases, const char* tile) {
       cases.push_back(make_case<WM, BN, CWG, kSplit, 1>(tile));
       cases.push_back(make_case<WM, BN, CWG, kSplitMma, 1>(tile));
       cases.push_back(make_case<WM, BN, CWG, kSplitDequant, 1>(tile));
+      cases.push_back(make_case<WM, BN, CWG, kSplitInt, 1>(tile));
+      cases.push_back(make_case<WM, BN, CWG, kSplitIntAlone, 1>(tile));
+      cases.push_back(make_case<WM, BN, CWG, kSplitFp, 1>(tile));
+      cases.push_back(make_case<WM, BN, CWG, kSplitFpAlone, 1>(tile));
     }
   }
 }
