@@ -11,7 +11,11 @@
 # grouped-kernels.md v51 say what each decided). Every step but abbias/turnschk/abturns runs main
 # (carry [".whl"]; `mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19
 # packaging` if it is gone). With CHORD_COMMIT=<main's short sha>, one call each, in this order,
-# all on an H200 (an H100's mid batch is bytes-bound: it cannot rank k-loop changes):
+# all on an H200 (an H100's mid batch is bytes-bound: it cannot rank k-loop changes), except the
+# first, which runs on either GPU:
+#   0. probe (~25 s, no install): the mainloop probe's split_int / split_fp variants say which half
+#      of the dequantization contends with the wgmmas (indexed-kernels.md v62), and its dequant
+#      rows now run production's HADD2 form (kept_wgmmas); chain it before any other step
 #   1. install grpgrid (~7.5 min on the H100, Humming's JIT prewarm included): the grouped grid with
 #      grouped v46-v49 in (docs/performance.md's grouped H200 table is at 7515572, before v47-v49)
 #   2. abbias (~5 min, carry [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`): the
