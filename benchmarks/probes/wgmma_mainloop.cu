@@ -295,16 +295,23 @@ struct Probe {
     if (stages < 0) mma_only_loop(sm, acc, 1);
   }
 
-  // mma_only: the wgmmas on fixed A fragments.
-  __device__ __forceinline__ static void mma_only_loop(typename Tile::Smem& sm, typename Tile::Acc& acc, int stages) {
-    using Loop = OwnLoop<Tile, WM, DEPTH, false, true>;
-    typename Loop::Sets a;
+  // Every A register of every set: finite BF16 pairs, base with the thread's bits under mask, so the
+  // lanes differ (mma_only's fixed fragments, split_fp's chains' start).
+  template <class Loop>
+  __device__ __forceinline__ static void fill_sets(typename Loop::Sets& a, uint32_t base, uint32_t mask) {
 #pragma unroll
     for (int s = 0; s < Loop::kSets; ++s)
 #pragma unroll
       for (int m = 0; m < WM; ++m)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) a[s][m][i] = 0x3c003c00u ^ (threadIdx.x * 0x00010001u & 0x007f007fu);
+        for (int i = 0; i < 4; ++i) a[s][m][i] = base ^ (threadIdx.x * 0x00010001u & mask);
+  }
+
+  // mma_only: the wgmmas on fixed A fragments.
+  __device__ __forceinline__ static void mma_only_loop(typename Tile::Smem& sm, typename Tile::Acc& acc, int stages) {
+    using Loop = OwnLoop<Tile, WM, DEPTH, false, true>;
+    typename Loop::Sets a;
+    fill_sets<Loop>(a, 0x3c003c00u, 0x007f007fu);
     uint32_t fold = 0;
     for (int i = 0; i < stages; ++i) Loop::stage(sm, i % kSlots, acc, a, i == 0, fold);
   }
@@ -315,14 +322,7 @@ struct Probe {
     using Loop = OwnLoop<Tile, WM, DEPTH, true, MMA, TURNS, PART>;
     typename Loop::Sets a;
     uint32_t fold = 0;
-    if constexpr (PART == kPartFp) {  // the BF16 chain's start: finite values (1.0 + the lane's bits)
-#pragma unroll
-      for (int s = 0; s < Loop::kSets; ++s)
-#pragma unroll
-        for (int m = 0; m < WM; ++m)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) a[s][m][i] = 0x3f803f80u ^ (threadIdx.x * 0x00010001u & 0x003f003fu);
-    }
+    if constexpr (PART == kPartFp) fill_sets<Loop>(a, 0x3f803f80u, 0x003f003fu);  // the BF16 chain's start
     Loop::turns_begin();
     for (int i = 0; i < stages; ++i) Loop::stage(sm, i % kSlots, acc, a, i == 0, fold);
     Loop::turns_end();
