@@ -165,8 +165,9 @@ struct OwnLoop {
           } else if constexpr (PART == kPartInt) {
             offset_fragment(word, a[set][m]);
           } else {  // kPartFp: the previous k step's registers in (a serial chain a register)
-            // The bias from its bits and the _rn forms: ptxas then keeps one HADD2 (immediate) and one
-            // HMUL2 a register, as production has them. With the bias built by __floats2bfloat162_rn
+            // The bias from its bits and the _rn forms: ptxas then keeps one HADD2 and one HMUL2 a
+            // register, as production has them (the HADD2's bias an immediate here, a register there).
+            // With the bias built by __floats2bfloat162_rn
             // it runs some subtractions as HFMA2.MMA in kernels without wgmmas (the dequant variant
             // does: indexed-kernels.md v62), and without _rn it fuses each HMUL2 with the next step's
             // subtraction into an HFMA2.
