@@ -374,26 +374,23 @@ Case make_case(const char* tile) {
 // WM * BN > 64 load their operands a k step at a time because they lack the registers to hold a
 // stage's (Tile::kOperandsPerStep), and this file's loops hold them (there ptxas serializes even
 // the fixed-fragment wgmmas, C7512), so those run production only.
+// Depth-1 cases of one shape, one a work, in the order given.
+template <int WM, int BN, int CWG, int... WORKS>
+void add_works(std::vector<Case>& cases, const char* tile) {
+  (cases.push_back(make_case<WM, BN, CWG, WORKS, 1>(tile)), ...);
+}
+
 template <int WM, int BN, int CWG, bool OVERLAP = false>
 void add_shape(std::vector<Case>& cases, const char* tile) {
-  cases.push_back(make_case<WM, BN, CWG, kProduction, 1>(tile));
+  add_works<WM, BN, CWG, kProduction>(cases, tile);
   if constexpr (!WgmmaTile<WM, BN, kSlots, 64, CWG>::kOperandsPerStep) {
-    cases.push_back(make_case<WM, BN, CWG, kMmaOnly, 1>(tile));
-    cases.push_back(make_case<WM, BN, CWG, kDequantOnly, 1>(tile));
-    cases.push_back(make_case<WM, BN, CWG, kBoth, 1>(tile));
+    add_works<WM, BN, CWG, kMmaOnly, kDequantOnly, kBoth>(cases, tile);
     cases.push_back(make_case<WM, BN, CWG, kBoth, 2>(tile));
     cases.push_back(make_case<WM, BN, CWG, kBoth, 3>(tile));
     cases.push_back(make_case<WM, BN, CWG, kMmaOnly, 2>(tile));
-    if constexpr (OVERLAP) {  // the overlap questions (the variants' comment at the top)
-      cases.push_back(make_case<WM, BN, CWG, kPingPong, 1>(tile));
-      cases.push_back(make_case<WM, BN, CWG, kSplit, 1>(tile));
-      cases.push_back(make_case<WM, BN, CWG, kSplitMma, 1>(tile));
-      cases.push_back(make_case<WM, BN, CWG, kSplitDequant, 1>(tile));
-      cases.push_back(make_case<WM, BN, CWG, kSplitInt, 1>(tile));
-      cases.push_back(make_case<WM, BN, CWG, kSplitIntAlone, 1>(tile));
-      cases.push_back(make_case<WM, BN, CWG, kSplitFp, 1>(tile));
-      cases.push_back(make_case<WM, BN, CWG, kSplitFpAlone, 1>(tile));
-    }
+    if constexpr (OVERLAP)  // the overlap questions (the variants' comment at the top)
+      add_works<WM, BN, CWG, kPingPong, kSplit, kSplitMma, kSplitDequant, kSplitInt, kSplitIntAlone, kSplitFp,
+                kSplitFpAlone>(cases, tile);
   }
 }
 

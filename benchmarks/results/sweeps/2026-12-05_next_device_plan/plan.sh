@@ -218,8 +218,8 @@ for step in "$@"; do
         st "prefdn_${who}" $?
       done
       rm -f "$D"/prefdn/*.ncu-rep ;;
-    abbias)  # indexed-kernels.md v62: the immediate 136 bias (24a33bd, reverted in 1abe593: the probe read
-      # dequantization alone -14 %, the production k loops mixed) against main, ncu ABBA at the clocks
+    abbias)  # indexed-kernels.md v62: the immediate 136 bias (24a33bd, reverted in 1abe593: the probe's
+      # production k loops moved -8 to +6 %, TP8 kernels on the H100 level) against main, ncu ABBA at the clocks
       # do_bench sees, on an H200 (the H100's mid batch is bytes-bound): the 512 x 32 tile loop (EP8
       # T=128), stream-K 256 x 56 / 96 (TP8 T=2048 / 8192), the prefill tile (EP8 T=2048); ~5 min, carry
       # [".whl", ".ab/24a33bd"] (the tree: bash benchmarks/ab_tree.sh 24a33bd)
