@@ -218,6 +218,17 @@ for step in "$@"; do
         st "prefdn_${who}" $?
       done
       rm -f "$D"/prefdn/*.ncu-rep ;;
+    ep32dec)  # grouped EP32 T=8 down, the decode point behind Humming on both GPUs (H200 41.4 against
+      # 38.5 µs, H100 51.6 against 49.4): ncu's full set on ours (offsets form: the 8 x 256 stream-K mma
+      # tile, 3 CTAs an SM) and Humming's (its 8 x 256 wgmma tile, whole K a CTA), with the SMs' balance
+      # (~3 min after install)
+      for who in chord:grouped_contiguous humming:grouped_contiguous; do
+        NCU_METRICS=sm__cycles_active.max,sm__cycles_active.min,sm__cycles_active.avg OUT=$D/ep32dec \
+          timeout 200 bash benchmarks/ncu_point.sh "${who%%:*}" ep32 8 down uniform "${who#*:}" \
+          -- --family grouped --paths "${who#*:}" >> "$D/ep32dec.log" 2>&1
+        st "ep32dec_${who}" $?
+      done
+      rm -f "$D"/ep32dec/*.ncu-rep ;;
     abbias)  # indexed-kernels.md v62: the immediate 136 bias (24a33bd, reverted in 1abe593: the probe's
       # production k loops moved -8 to +6 %, TP8 kernels on the H100 level) against main, ncu ABBA at the clocks
       # do_bench sees, on an H200 (the H100's mid batch is bytes-bound): the 512 x 32 tile loop (EP8
