@@ -229,6 +229,21 @@ for step in "$@"; do
         st "ep32dec_${who}" $?
       done
       rm -f "$D"/ep32dec/*.ncu-rep ;;
+    t1prof)  # indexed EP8 T=1, where both sides read ~45 % of the bytes floor (a 1.3x target): the
+      # per-CTA trace of both projections (when each CTA starts and ends, its iterations), and ncu's
+      # full set on our gate_up and Humming's (~3 min after install)
+      for proj in gate_up down; do
+        OUT=$D/t1prof timeout 120 bash benchmarks/cta_trace.sh ep8 1 $proj uniform >> "$D/t1prof.log" 2>&1
+        st "t1prof_trace_$proj" $?
+        python3 -m benchmarks.cta_trace_report "$D/t1prof/trace_ep8_${proj}_T1_uniform.json" \
+          > "$D/t1prof/trace_report_$proj.txt" 2>&1
+      done
+      for who in chord humming; do
+        NCU_METRICS=sm__cycles_active.max,sm__cycles_active.min,sm__cycles_active.avg OUT=$D/t1prof \
+          timeout 150 bash benchmarks/ncu_point.sh $who ep8 1 gate_up >> "$D/t1prof.log" 2>&1
+        st "t1prof_ncu_$who" $?
+      done
+      rm -f "$D"/t1prof/*.ncu-rep ;;
     abbias)  # indexed-kernels.md v62: the immediate 136 bias (24a33bd, reverted in 1abe593: the probe's
       # production k loops moved -8 to +6 %, TP8 kernels on the H100 level) against main, ncu ABBA at the clocks
       # do_bench sees, on an H200 (the H100's mid batch is bytes-bound): the 512 x 32 tile loop (EP8
