@@ -244,6 +244,26 @@ for step in "$@"; do
         st "t1prof_ncu_$who" $?
       done
       rm -f "$D"/t1prof/*.ncu-rep ;;
+    runschk)  # indexed-kernels.md v64, balanced stream-K runs (the tree .ab/runs: bash benchmarks/ab_tree.sh
+      # HEAD runs --patch benchmarks/results/sweeps/2026-12-06_v64_balanced_runs/balanced_runs.diff; carry
+      # [".whl", ".ab/runs"]): its stream-K GPU tests of both families, memcheck and racecheck (~4 min)
+      streamk_tree_checks runs ;;
+    runstrace)  # v64: the per-CTA trace of indexed EP8 T=1 gate_up on the runs tree (every SM 27-28
+      # iterations where main's 95 SMs ran 30 and 37 ran 20; ~30 s)
+      PYTHONPATH="$PWD/.ab/runs/packages/chord-runtime" CHORD_CSRC_DIR="$PWD/.ab/runs/csrc" OUT=$D/runstrace \
+        timeout 120 bash benchmarks/cta_trace.sh ep8 1 gate_up uniform runs > "$D/runstrace.log" 2>&1
+      st runstrace $?
+      python3 -m benchmarks.cta_trace_report "$D/runstrace/trace_ep8_gate_up_T1_uniform_runs.json" \
+        > "$D/runstrace/trace_report.txt" 2>&1 ;;
+    abruns_idx)  # v64: the runs tree against main, ncu ABBA at the clocks do_bench sees: indexed EP8 and TP8
+      # T=1, 8, 20 (short runs gain; T=20's runs of ~100 are the control); ~4 min
+      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_runs_idx" indexed \
+        "--scenarios ep8,tp8 --tokens 1,8,20 --dists uniform" base=. runs=.ab/runs
+      st abruns_idx $? ;;
+    abruns_grp)  # v64: the same for the grouped decode (offsets form), EP16 and EP32 T=1 and 8; ~3 min
+      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_runs_grp" grouped \
+        "--paths grouped_contiguous --scenarios ep16,ep32 --tokens 1,8 --dists uniform" base=. runs=.ab/runs
+      st abruns_grp $? ;;
     abbias)  # indexed-kernels.md v62: the immediate 136 bias (24a33bd, reverted in 1abe593: the probe's
       # production k loops moved -8 to +6 %, TP8 kernels on the H100 level) against main, ncu ABBA at the clocks
       # do_bench sees, on an H200 (the H100's mid batch is bytes-bound): the 512 x 32 tile loop (EP8
