@@ -5,21 +5,17 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the sixteenth session, 2026-12-06: every device lent was an H100; it ran probe,
-# wm4, midprof, grpchk, the H100 grids (grpgrid, idxgrid), prefdn, prefdn2 and the bias candidate's
-# tests (biaschk, in git history); README.md beside this file and indexed-kernels.md v62 /
-# grouped-kernels.md v51 say what each decided). Every step but abbias/turnschk/abturns runs main
-# (carry [".whl"]; `mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19
-# packaging` if it is gone). With CHORD_COMMIT=<main's short sha>, one call each, in this order,
-# all on an H200 (an H100's mid batch is bytes-bound: it cannot rank k-loop changes), except the
-# first, which runs on either GPU:
-#   0. probe (~25 s, no install): the mainloop probe's split_int / split_fp variants say which half
-#      of the dequantization contends with the wgmmas (indexed-kernels.md v62), and its dequant
-#      rows now run production's HADD2 form (kept_wgmmas); chain it before any other step
+# Pending (after the seventeenth session, 2026-12-06: every device lent was an H100 again; it ran
+# probe, ep32dec, t1prof, runstrace, runschk and abruns_idx, in git history; indexed-kernels.md
+# v63/v64 and grouped-kernels.md v52 read them). Every step but abbias runs main (carry [".whl"];
+# `mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19 packaging` if it is
+# gone). With CHORD_COMMIT=<main's short sha>, one call each, in this order, on an H200 (an H100's
+# mid batch is bytes-bound: it cannot rank k-loop changes, and its grids are in docs/performance.md):
 #   1. install grpgrid (~7.5 min on the H100, Humming's JIT prewarm included): the grouped grid with
 #      grouped v46-v49 in (docs/performance.md's grouped H200 table is at 7515572, before v47-v49)
 #   2. abbias (~5 min, carry [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`): the
-#      immediate 136 bias against main, ncu ABBA (indexed-kernels.md v62)
+#      immediate 136 bias against main, ncu ABBA (indexed-kernels.md v62/v63: the last trim left
+#      to rank at mid batch)
 #   3. idxgrid (~2.5 min): the indexed grid (no indexed kernel change since 7515572)
 # turnschk/abturns are retired: the probe rejected v61's reading (L) (pingpong above both).
 # Reusable steps: probe, feed, feedmid, split, stream (the diagnostics of indexed-kernels.md
@@ -218,52 +214,6 @@ for step in "$@"; do
         st "prefdn_${who}" $?
       done
       rm -f "$D"/prefdn/*.ncu-rep ;;
-    ep32dec)  # grouped EP32 T=8 down, the decode point behind Humming on both GPUs (H200 41.4 against
-      # 38.5 µs, H100 51.6 against 49.4): ncu's full set on ours (offsets form: the 8 x 256 stream-K mma
-      # tile, 3 CTAs an SM) and Humming's (its 8 x 256 wgmma tile, whole K a CTA), with the SMs' balance
-      # (~3 min after install)
-      for who in chord:grouped_contiguous humming:grouped_contiguous; do
-        NCU_METRICS=sm__cycles_active.max,sm__cycles_active.min,sm__cycles_active.avg OUT=$D/ep32dec \
-          timeout 200 bash benchmarks/ncu_point.sh "${who%%:*}" ep32 8 down uniform "${who#*:}" \
-          -- --family grouped --paths "${who#*:}" >> "$D/ep32dec.log" 2>&1
-        st "ep32dec_${who}" $?
-      done
-      rm -f "$D"/ep32dec/*.ncu-rep ;;
-    t1prof)  # indexed EP8 T=1, where both sides read ~45 % of the bytes floor (a 1.3x target): the
-      # per-CTA trace of both projections (when each CTA starts and ends, its iterations), and ncu's
-      # full set on our gate_up and Humming's (~3 min after install)
-      for proj in gate_up down; do
-        OUT=$D/t1prof timeout 120 bash benchmarks/cta_trace.sh ep8 1 $proj uniform >> "$D/t1prof.log" 2>&1
-        st "t1prof_trace_$proj" $?
-        python3 -m benchmarks.cta_trace_report "$D/t1prof/trace_ep8_${proj}_T1_uniform.json" \
-          > "$D/t1prof/trace_report_$proj.txt" 2>&1
-      done
-      for who in chord humming; do
-        NCU_METRICS=sm__cycles_active.max,sm__cycles_active.min,sm__cycles_active.avg OUT=$D/t1prof \
-          timeout 150 bash benchmarks/ncu_point.sh $who ep8 1 gate_up >> "$D/t1prof.log" 2>&1
-        st "t1prof_ncu_$who" $?
-      done
-      rm -f "$D"/t1prof/*.ncu-rep ;;
-    runschk)  # indexed-kernels.md v64, balanced stream-K runs (the tree .ab/runs: bash benchmarks/ab_tree.sh
-      # HEAD runs --patch benchmarks/results/sweeps/2026-12-06_v64_balanced_runs/balanced_runs.diff; carry
-      # [".whl", ".ab/runs"]): its stream-K GPU tests of both families, memcheck and racecheck (~4 min)
-      streamk_tree_checks runs ;;
-    runstrace)  # v64: the per-CTA trace of indexed EP8 T=1 gate_up on the runs tree (every SM 27-28
-      # iterations where main's 95 SMs ran 30 and 37 ran 20; ~30 s)
-      PYTHONPATH="$PWD/.ab/runs/packages/chord-runtime" CHORD_CSRC_DIR="$PWD/.ab/runs/csrc" OUT=$D/runstrace \
-        timeout 120 bash benchmarks/cta_trace.sh ep8 1 gate_up uniform runs > "$D/runstrace.log" 2>&1
-      st runstrace $?
-      python3 -m benchmarks.cta_trace_report "$D/runstrace/trace_ep8_gate_up_T1_uniform_runs.json" \
-        > "$D/runstrace/trace_report.txt" 2>&1 ;;
-    abruns_idx)  # v64: the runs tree against main, ncu ABBA at the clocks do_bench sees: indexed EP8 and TP8
-      # T=1, 8, 20 (short runs gain; T=20's runs of ~100 are the control); ~4 min
-      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_runs_idx" indexed \
-        "--scenarios ep8,tp8 --tokens 1,8,20 --dists uniform" base=. runs=.ab/runs
-      st abruns_idx $? ;;
-    abruns_grp)  # v64: the same for the grouped decode (offsets form), EP16 and EP32 T=1 and 8; ~3 min
-      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_runs_grp" grouped \
-        "--paths grouped_contiguous --scenarios ep16,ep32 --tokens 1,8 --dists uniform" base=. runs=.ab/runs
-      st abruns_grp $? ;;
     abbias)  # indexed-kernels.md v62: the immediate 136 bias (24a33bd, reverted in 1abe593: the probe's
       # production k loops moved -8 to +6 %, TP8 kernels on the H100 level) against main, ncu ABBA at the clocks
       # do_bench sees, on an H200 (the H100's mid batch is bytes-bound): the 512 x 32 tile loop (EP8
