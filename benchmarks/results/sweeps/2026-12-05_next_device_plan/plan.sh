@@ -17,6 +17,9 @@
 #      immediate 136 bias against main, ncu ABBA (indexed-kernels.md v62/v63: the last trim left
 #      to rank at mid batch)
 #   3. idxgrid (~2.5 min): the indexed grid (no indexed kernel change since 7515572)
+#   4. midprof (~3 min) on the H200: where EP8 T=128 gate_up's ~1540 cycles a stage go when its feed
+#      alone takes ~1180 and its k loop alone 1084 (indexed-kernels.md v60, v63; the H100 run of it
+#      was bytes-bound and could not say)
 # turnschk/abturns are retired: the probe rejected v61's reading (L) (pingpong above both).
 # Reusable steps: probe, feed, feedmid, split, stream (the diagnostics of indexed-kernels.md
 # v49/v50/v60). Steps that ran are in git history (`git log -- THIS_FILE`) with the design-log
