@@ -54,6 +54,13 @@ OVERRIDES = {"wgmma_sk4": ("wgmma_sk", "CWG=4,STAGES=8"), "mma_sk2": ("mma_sk", 
 # racecheck on all of them would take minutes of device time).
 ONLY = sys.argv[1:]
 GROUPED_MATCH = [arg.split(":", 1)[1] for arg in ONLY if arg.startswith("grouped:")]
+# A name that selects no case would run nothing and exit 0, which compute-sanitizer reports only as
+# "terminated before first instrumented API call" (a candidate's stale case name did, 2026-12-06).
+UNKNOWN = [arg for arg in ONLY if arg not in CASES and arg != "grouped" and not arg.startswith("grouped:")]
+if UNKNOWN:
+    sys.exit(f"gpu_sanitize_case.py: no such case family {UNKNOWN}; families: {sorted(CASES)}, "
+             "grouped, grouped:TEXT")
+GROUPED_RAN = set()  # the grouped:TEXT matches that selected a case
 for family, cases in CASES.items():
     if ONLY and family not in ONLY:
         continue
@@ -82,6 +89,7 @@ def grouped_case(label, n, k, counts, rows, expected_rows, max_m, expected_m):
     per expert (counts clamped to it)."""
     if GROUPED_MATCH and "grouped" not in ONLY and not any(text in label for text in GROUPED_MATCH):
         return
+    GROUPED_RAN.update(text for text in GROUPED_MATCH if text in label)
     e = len(counts)
     codes = torch.randint(0, 16, (e, n, k), generator=g, dtype=torch.uint8)
     scale = (torch.rand(e, n, k // 32, generator=g) * 0.05).to(torch.bfloat16)
@@ -157,3 +165,6 @@ grouped_case("grouped 2-stage decode ring, 4 rows", 4096, 1024, [4] * 46 + [0, 1
 # experts, N 4096 on K 1024 (~770 tiles of 4 stages over the resident CTAs: split tiles), an empty
 # expert, one of 3 rows and two of 12 and 17 (two tiles).
 grouped_case("grouped 16-row decode", 4096, 1024, [7] * 20 + [0, 3, 12, 17], 768, 7, 32, 7)
+
+if "grouped" not in ONLY and set(GROUPED_MATCH) - GROUPED_RAN:
+    sys.exit(f"gpu_sanitize_case.py: no grouped case label holds {sorted(set(GROUPED_MATCH) - GROUPED_RAN)}")

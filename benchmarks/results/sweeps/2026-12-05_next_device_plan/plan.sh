@@ -57,13 +57,13 @@ tree_checks() {
 indexed_tree_checks() { tree_checks "$1" tests/gpu/test_indexed_gpu.py "auto or wgmma" wgmma; }
 # A stream-K candidate tree's checks: the stream-K GPU tests of both families (the Kimi shapes,
 # the split tiles and locks, the wide and one-wave decode, then EXTRA_K), then its long-run
-# sanitizer cases (mma_sk_long, or the CASES given): streamk_tree_checks LABEL [EXTRA_K] [CASE...]
+# sanitizer cases (the mma stream-K families, or the CASES given): streamk_tree_checks LABEL [EXTRA_K] [CASE...]
 streamk_tree_checks() {
   local t=$1 extra=${2:-}
   shift $(($# < 2 ? $# : 2))
   tree_checks "$t" "tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py" \
     "(kimi_shapes_random and (auto or mma_sk)) or streamk or stream_k or wide_decode or one_wave$extra" \
-    "${@:-mma_sk_long}"
+    "${@:-mma_sk mma_sk2}"
 }
 # The per-CTA trace of grouped EP8 T=20 gate_up (offsets form), both routings, on the tree
 # .ab/LABEL (cta_trace.sh runs from the checkout's root: the tree by absolute paths, as ncu_ab.sh
