@@ -57,13 +57,14 @@ tree_checks() {
 indexed_tree_checks() { tree_checks "$1" tests/gpu/test_indexed_gpu.py "auto or wgmma" wgmma; }
 # A stream-K candidate tree's checks: the stream-K GPU tests of both families (the Kimi shapes,
 # the split tiles and locks, the wide and one-wave decode, then EXTRA_K), then its long-run
-# sanitizer cases (the mma stream-K families, or the CASES given): streamk_tree_checks LABEL [EXTRA_K] [CASE...]
+# sanitizer cases (mma_sk: split long-K tiles, many short tiles a CTA, the 3- and 4-deep rings;
+# or the CASES given): streamk_tree_checks LABEL [EXTRA_K] [CASE...]
 streamk_tree_checks() {
   local t=$1 extra=${2:-}
   shift $(($# < 2 ? $# : 2))
   tree_checks "$t" "tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py" \
     "(kimi_shapes_random and (auto or mma_sk)) or streamk or stream_k or wide_decode or one_wave$extra" \
-    "${@:-mma_sk mma_sk2}"
+    "${@:-mma_sk}"
 }
 # The per-CTA trace of grouped EP8 T=20 gate_up (offsets form), both routings, on the tree
 # .ab/LABEL (cta_trace.sh runs from the checkout's root: the tree by absolute paths, as ncu_ab.sh
