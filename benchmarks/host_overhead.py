@@ -4,7 +4,8 @@ checks, dispatch and launch, on a problem so small the GPU never holds the host 
     python3 -m benchmarks.host_overhead [--calls 20000]
 
 Prints µs per call for each entry point (indexed, contiguous, contiguous_offsets, and a call that
-launches a grouped pair, masked with a 2-D and a 3-D input, and an empty torch launch for scale);
+launches a grouped pair, masked with a 2-D and a 3-D input, an empty torch launch for scale, and
+the indexed call's launch alone: the same kernel and parameters, without the call's Python part);
 GPU only (SM90). The calls are timed in batches, each queued behind a GPU sleep (per_call_us), so
 the wall time of a batch's calls is the host cost; the synchronizes between batches are excluded.
 """
@@ -15,6 +16,7 @@ import argparse
 import json
 import time
 
+import chord_kernels
 import torch
 from chord_kernels import contiguous, contiguous_offsets, indexed, layouts, masked, routing
 
@@ -40,6 +42,28 @@ def per_call_us(fn, calls: int, batch: int = BATCH_CALLS) -> float:
         torch.cuda.synchronize()
         done += n
     return elapsed / calls * 1e6
+
+
+def _bare_indexed_launch(a, packed, sorted_ids, expert_ids, ntp, out):
+    """A function that launches the (only) indexed plan's kernel with the parameters one call
+    through the real path packs: the launch without the call's Python part."""
+    from chord_kernels import ops
+
+    (key, plan), = ops._indexed_plans.items()
+    kernel, launch, grid, block = plan[:4]
+    packed_params = []
+
+    class Recorder:
+        def launch(self, grid, block, smem, stream, params):
+            packed_params.append(params)
+
+    ops._indexed_plans[key] = (Recorder(), *plan[1:])
+    try:
+        ops._indexed_cuda(a, packed, sorted_ids, expert_ids, ntp, 2, 8, out)
+    finally:
+        ops._indexed_plans[key] = plan
+    stream = torch.cuda.current_stream().cuda_stream
+    return lambda: kernel.launch(grid, block, launch.smem_bytes, stream, packed_params[0])
 
 
 def main() -> None:
@@ -81,7 +105,12 @@ def main() -> None:
         "masked_3d": per_call_us(lambda: masked(a8_3d, w_msk, counts, 1, out8), args.calls),
         "torch_empty_launch_floor": per_call_us(lambda: torch.empty(1, device="cuda").zero_(), args.calls),
     }
-    print(json.dumps({"gpu": torch.cuda.get_device_name(), "us_per_call": results}, indent=1))
+    # The indexed call's own launch alone (the extension's entry and cuLaunchKernel, with the
+    # parameters the last call packed): what is left of `indexed` without its Python part.
+    results["indexed_bare_launch"] = per_call_us(_bare_indexed_launch(a, w_idx, sorted_ids, expert_ids, ntp, out),
+                                                 args.calls)
+    print(json.dumps({"gpu": torch.cuda.get_device_name(), "chord_kernels": chord_kernels.__file__,
+                      "us_per_call": results}, indent=1))
 
 
 if __name__ == "__main__":

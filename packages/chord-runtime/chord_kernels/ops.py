@@ -232,7 +232,8 @@ def indexed(a: torch.Tensor, packed: PackedW4A16, sorted_ids: torch.Tensor, expe
     shape, the env overrides — is checked and resolved once per signature.
     """
     _require_mode(packed, "indexed")
-    _require(a.dim() == 2, f"a must be [M, K], got shape {tuple(a.shape)}")
+    if a.dim() != 2:  # not _require: its message would be formatted on every call (~0.5 µs)
+        raise ValueError(f"a must be [M, K], got shape {tuple(a.shape)}")
     if out is None:
         out = torch.empty(a.shape[0] * top_k, packed.n, dtype=torch.bfloat16, device=a.device)
     if validate if validate is not None else env.flag(env.VALIDATE_ROUTING):
@@ -524,7 +525,8 @@ def masked(a: torch.Tensor, packed: PackedW4A16, masked_m: torch.Tensor, expecte
     unspecified (never written; the prefill tile loop may read them, within ``a``, as part of a
     tile's box, and never uses them)."""
     _require_mode(packed, "masked")
-    _require(isinstance(expected_m, int) and expected_m > 0, f"expected_m must be a positive int, got {expected_m!r}")
+    if not (isinstance(expected_m, int) and expected_m > 0):  # the message only when it fails
+        raise ValueError(f"expected_m must be a positive int, got {expected_m!r}")
     g = packed.num_experts
     if a.is_cuda:  # the hot path: checks run once per signature, in the plan
         if out is None:
