@@ -248,7 +248,7 @@ for step in "$@"; do
       for i in 1 2; do
         for side in base main; do
           if [[ $side == base ]]; then root=$PWD/.ab/${HOST_BASE:?HOST_BASE=<the base tree under .ab>}; else root=$PWD; fi
-          PYTHONPATH="$root/packages/chord-runtime" CHORD_CSRC_DIR="$root/csrc" timeout 120 \
+          PYTHONPATH="$root/packages/chord-runtime" CHORD_CSRC_DIR="$root/csrc" timeout 300 \
             python3 -m benchmarks.host_overhead > "$D/host_${side}_$i.json" 2> "$D/host_${side}_$i.err"
           st "host_${side}_$i" $?
         done
