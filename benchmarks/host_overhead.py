@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 
 import chord_kernels
@@ -28,20 +29,22 @@ BACKLOG_CYCLES = 20_000_000  # ~10 ms at 1.98 GHz: 200 calls of up to 50 µs of 
 
 
 def per_call_us(fn, calls: int, batch: int = BATCH_CALLS) -> float:
+    """µs a call: the median over batches of a batch's wall time per call (a host shared with
+    other work stalls some batches by several µs a call; the median keeps them out)."""
     for _ in range(200):  # warm: compile, load, fill the plan caches
         fn()
     torch.cuda.synchronize()
-    elapsed, done = 0.0, 0
+    per_batch, done = [], 0
     while done < calls:
         n = min(batch, calls - done)
         torch.cuda._sleep(BACKLOG_CYCLES)
         start = time.perf_counter()
         for _ in range(n):
             fn()
-        elapsed += time.perf_counter() - start
+        per_batch.append((time.perf_counter() - start) / n * 1e6)
         torch.cuda.synchronize()
         done += n
-    return elapsed / calls * 1e6
+    return statistics.median(per_batch)
 
 
 def _bare_indexed_launch(a, packed, sorted_ids, expert_ids, ntp, out):

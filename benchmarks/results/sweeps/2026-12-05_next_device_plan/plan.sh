@@ -244,18 +244,18 @@ for step in "$@"; do
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
     hostab)  # host overhead a call (benchmarks/host_overhead.py, main's script), the tree .ab/$HOST_BASE
-      # (carried; its launcher copied in by install) against main, base main base main
-      for i in 1 2; do
+      # (carried; its launcher copied in by install) against main, base main three times, each on one core
+      for i in 1 2 3; do
         for side in base main; do
           if [[ $side == base ]]; then root=$PWD/.ab/${HOST_BASE:?HOST_BASE=<the base tree under .ab>}; else root=$PWD; fi
           PYTHONPATH="$root/packages/chord-runtime" CHORD_CSRC_DIR="$root/csrc" timeout 300 \
-            python3 -m benchmarks.host_overhead > "$D/host_${side}_$i.json" 2> "$D/host_${side}_$i.err"
+            $(command -v taskset > /dev/null && echo taskset -c 3) python3 -m benchmarks.host_overhead > "$D/host_${side}_$i.json" 2> "$D/host_${side}_$i.err"
           st "host_${side}_$i" $?
         done
       done
       python3 - "$D" <<'PY' | tee "$D/hostab.txt"
 import json, sys
-runs = {f"{s}_{i}": json.load(open(f"{sys.argv[1]}/host_{s}_{i}.json"))["us_per_call"] for s in ("base", "main") for i in (1, 2)}
+runs = {f"{s}_{i}": json.load(open(f"{sys.argv[1]}/host_{s}_{i}.json"))["us_per_call"] for s in ("base", "main") for i in (1, 2, 3)}
 names = list(runs["main_1"])
 print("entry " + " ".join(runs), *(f"{n} " + " ".join(f"{r.get(n, float('nan')):.2f}" for r in runs.values()) for n in names), sep="\n")
 PY
