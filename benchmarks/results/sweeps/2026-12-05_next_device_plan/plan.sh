@@ -253,6 +253,11 @@ for step in "$@"; do
           st "host_${side}_$i" $?
         done
       done
+      for core in 3 5; do  # the two paths in one process, alternating (a process's mode hits both)
+        PYTHONPATH=$PWD $(command -v taskset > /dev/null && echo taskset -c $core) timeout 200 python3 \
+          benchmarks/results/sweeps/2026-12-06_h100_host_launch/inproc_ab.py > "$D/inproc_ab_$core.json" 2>&1
+        st "inproc_ab_$core" $?; tail -6 "$D/inproc_ab_$core.json"
+      done
       python3 - "$D" <<'PY' | tee "$D/hostab.txt"
 import json, sys
 runs = {f"{s}_{i}": json.load(open(f"{sys.argv[1]}/host_{s}_{i}.json"))["us_per_call"] for s in ("base", "main") for i in (1, 2, 3)}
