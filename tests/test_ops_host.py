@@ -506,3 +506,20 @@ def test_deferred_tile_loop_bounds_a_before_anything_compiles(stub_device, monke
     assert stub_device == []  # nothing compiled or loaded
     launch = ops._indexed_plan(a, packed, sorted_ids, expert_ids, ntp, 2, 96, out, "wgmma_sk", "")[1]
     assert "DEFER_STORE" not in launch.spec.config
+
+
+def test_loaded_kernel_launch_passes_its_handles_and_shape_to_the_extension(monkeypatch):
+    """LoadedKernel.launch calls the extension's entry (bound once, not imported per launch) with
+    the function and context handles, the grid, the block, shared memory, stream and parameters."""
+    from chord_kernels.jit import launch as jit_launch
+
+    calls = []
+    monkeypatch.setattr(jit_launch, "_launch", lambda *args: calls.append(args))
+    kernel = jit_launch.LoadedKernel(spec=None, device=0, fn=11, ctx=12, max_dynamic_smem=0)
+    kernel.launch((3, 2, 1), (128, 1, 1), 4096, 77, b"params")
+    assert calls == [(11, 12, 3, 2, 1, 128, 1, 1, 4096, 77, b"params")]
+    monkeypatch.setattr(jit_launch, "_launch", None)  # unbound: the first launch binds the entry
+    monkeypatch.setattr(jit_launch, "_launcher", lambda: type("Ext", (), {"launch": staticmethod(
+        lambda *args: calls.append(("bound", *args)))}))
+    kernel.launch((1, 1, 1), (64, 1, 1), 0, 5, b"p")
+    assert calls[-1] == ("bound", 11, 12, 1, 1, 1, 64, 1, 1, 0, 5, b"p") and jit_launch._launch is not None
