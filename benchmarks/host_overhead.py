@@ -47,6 +47,22 @@ def per_call_us(fn, calls: int, batch: int = BATCH_CALLS) -> float:
     return statistics.median(per_batch)
 
 
+TINY_EXPERTS, TINY_N, TINY_K = 4, 64, 256  # the problem of every entry: the GPU never holds the host back
+
+
+def tiny_indexed_problem():
+    """(codes, scale, indexed call's arguments): 2 tokens top-2 over 4 experts of N 64, K 256,
+    block_m 8; the call is ``indexed(a, packed, sorted_ids, expert_ids, ntp, 2, 8, out)``."""
+    e, n, k = TINY_EXPERTS, TINY_N, TINY_K
+    codes = torch.randint(0, 16, (e, n, k), dtype=torch.uint8, device="cuda")
+    scale = torch.rand(e, n, k // 32, device="cuda").to(torch.bfloat16)
+    a = torch.randn(2, k, device="cuda").to(torch.bfloat16)
+    topk = torch.randint(0, e, (2, 2), dtype=torch.int32, device="cuda")
+    sorted_ids, expert_ids, ntp = routing.moe_align_block_size(topk, 8, e)
+    out = torch.empty(4, n, dtype=torch.bfloat16, device="cuda")
+    return codes, scale, (a, layouts.pack_w4a16(codes, scale, "indexed"), sorted_ids, expert_ids, ntp, out)
+
+
 def _bare_indexed_launch(a, packed, sorted_ids, expert_ids, ntp, out):
     """A function that launches the (only) indexed plan's kernel with the parameters one call
     through the real path packs: the launch without the call's Python part."""
@@ -73,14 +89,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=20000)
     args = parser.parse_args()
-    e, n, k = 4, 64, 256
-    codes = torch.randint(0, 16, (e, n, k), dtype=torch.uint8, device="cuda")
-    scale = torch.rand(e, n, k // 32, device="cuda").to(torch.bfloat16)
-    a = torch.randn(2, k, device="cuda").to(torch.bfloat16)
-    topk = torch.randint(0, e, (2, 2), dtype=torch.int32, device="cuda")
-    w_idx = layouts.pack_w4a16(codes, scale, "indexed")
-    sorted_ids, expert_ids, ntp = routing.moe_align_block_size(topk, 8, e)
-    out = torch.empty(4, n, dtype=torch.bfloat16, device="cuda")
+    e, n, k = TINY_EXPERTS, TINY_N, TINY_K
+    codes, scale, (a, w_idx, sorted_ids, expert_ids, ntp, out) = tiny_indexed_problem()
     out2 = out[:2]  # sliced once: a slice inside the timed call is a torch op (~6 µs on the H200 host)
     w_con = layouts.pack_w4a16(codes, scale, "contiguous")
     offsets = routing.counts_to_offsets(torch.tensor([1, 0, 1, 0], dtype=torch.int32, device="cuda"))

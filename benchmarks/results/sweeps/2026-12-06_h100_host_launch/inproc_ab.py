@@ -11,10 +11,10 @@ import json
 import statistics
 
 import torch
-from chord_kernels import indexed, layouts, ops, routing
+from chord_kernels import indexed, ops
 from chord_kernels.jit import launch as jit_launch
 
-from benchmarks.host_overhead import per_call_us
+from benchmarks.host_overhead import per_call_us, tiny_indexed_problem
 
 
 def old_launch(self, grid, block, smem, stream, params):  # 3909673's LoadedKernel.launch
@@ -40,14 +40,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--calls", type=int, default=10000)
     args = parser.parse_args()
-    e, n, k = 4, 64, 256
-    codes = torch.randint(0, 16, (e, n, k), dtype=torch.uint8, device="cuda")
-    scale = torch.rand(e, n, k // 32, device="cuda").to(torch.bfloat16)
-    a = torch.randn(2, k, device="cuda").to(torch.bfloat16)
-    topk = torch.randint(0, e, (2, 2), dtype=torch.int32, device="cuda")
-    w = layouts.pack_w4a16(codes, scale, "indexed")
-    sorted_ids, expert_ids, ntp = routing.moe_align_block_size(topk, 8, e)
-    out = torch.empty(4, n, dtype=torch.bfloat16, device="cuda")
+    _, _, (a, w, sorted_ids, expert_ids, ntp, out) = tiny_indexed_problem()
     new_launch = jit_launch.LoadedKernel.launch
     rows = {"main": [], "3909673": []}
     for _ in range(args.rounds):
