@@ -20,6 +20,10 @@
 #   4. midprof (~3 min) on the H200: where EP8 T=128 gate_up's ~1540 cycles a stage go when its feed
 #      alone takes ~1180 and its k loop alone 1084 (indexed-kernels.md v60, v63; the H100 run of it
 #      was bytes-bound and could not say)
+#   5. hostab (~2 min, carry [".whl", ".ab/3909673"]; `bash benchmarks/ab_tree.sh 3909673`;
+#      HOST_BASE=3909673): the host path's A/B of be6f133 (the launcher's entry bound once) on the
+#      H200 host, as the eighteenth session ran it on H100 hosts (indexed-kernels.md, "Host overhead")
+# The device copy's git names the session's first commit as HEAD: set CHORD_COMMIT from this side.
 # turnschk/abturns are retired: the probe rejected v61's reading (L) (pingpong above both).
 # Reusable steps: probe, feed, feedmid, split, stream (the diagnostics of indexed-kernels.md
 # v49/v50/v60). Steps that ran are in git history (`git log -- THIS_FILE`) with the design-log
