@@ -247,6 +247,12 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
+    st4ep8)  # EP8 T=1/2/4 on the 4-deep decode ring (STAGES=4: 2 CTAs an SM) against main's 3 stages,
+      # ncu ABBA at the clocks do_bench sees (v39 measured it on the H200 at base clock: T=1 -9.7 /
+      # -6.7 %, T=2/4 +3 to +6 %); the data for a host rule that takes it at 64 routes or fewer
+      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 AB_ENV_st4="CHORD_W4A16_TUNING=STAGES=4" bash benchmarks/ncu_ab.sh \
+        "$D/ab_st4_none" indexed "--scenarios ep8 --tokens 1,2,4 --dists uniform" base=. st4=. > "$D/st4ep8.log" 2>&1
+      st st4ep8 $?; tail -12 "$D/st4ep8.log"; cat "$D"/ab_st4_none/table_*.md 2> /dev/null | tail -12 ;;
     hostab)  # host overhead a call (benchmarks/host_overhead.py, main's script), the tree .ab/$HOST_BASE
       # (carried; its launcher copied in by install) against main, base main three times, each on one core
       for i in 1 2 3; do
