@@ -204,16 +204,39 @@ def test_few_tiles_decode_takes_a_4_deep_ring(routes, stages):
     assert launch.spec.config["NT"] == 2 and (launch.spec.min_blocks_per_sm == 2) == (stages == 4)
     tuned = dispatch.select_indexed(IndexedProblem(512, 7168, 384, 8, 8, routes), tuning="STAGES=3")
     assert tuned.spec.config["STAGES"] == 3  # an override wins
-    # EP8 (48 experts): 64 routes may make 56 blocks of 32 tiles; TP8 down's 8 routes 448 tiles.
-    assert dispatch.select_indexed(IndexedProblem(4096, 7168, 48, 8, 8, 64)).spec.config["STAGES"] == 3
+    # EP8 (48 experts): 128 routes may make 64 blocks of 32 tiles; TP8 down's 8 routes 448 tiles.
+    assert dispatch.select_indexed(IndexedProblem(4096, 7168, 48, 8, 8, 128)).spec.config["STAGES"] == 3
     assert dispatch.select_indexed(IndexedProblem(7168, 256, 384, 8, 8, 8)).spec.config["STAGES"] == 3
+
+
+@pytest.mark.parametrize("n,k,experts,top_k,routes,stages", [
+    (4096, 7168, 48, 8, 64, 4),     # EP8 T=1 gate_up: 64 routes, ~8 of them local
+    (7168, 2048, 48, 1, 64, 4),     # EP8 T=1 down
+    (7168, 2048, 48, 1, 66, 4),     # one route for every two of 132 SMs
+    (7168, 2048, 48, 1, 67, 3),     # more: the 3-stage ring
+    (4096, 7168, 48, 8, 128, 3),    # EP8 T=2 gate_up (the 4-deep ring lost 5.9 % there)
+    (2048, 7168, 96, 8, 64, 3),     # 16 tiles a route: not a wide weight
+    (512, 7168, 384, 8, 64, 3),     # TP8 T=8 gate_up: 4 tiles a route (256 tiles, over few_tiles_decode's 198)
+    (4096, 7168, 48, 8, 0, 3),      # routes unknown
+])
+def test_sparse_routes_on_a_wide_weight_take_the_4_deep_ring(n, k, experts, top_k, routes, stages):
+    # dispatch.sparse_routes_decode: the host's tile bound cannot see that ~8 of EP8 T=1's 64 routes
+    # are the rank's; an override of STAGES wins.
+    launch = dispatch.select_indexed(IndexedProblem(n, k, experts, top_k, 8, routes))
+    cfg = launch.spec.config
+    assert (cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"]) == (2, 1, 256, stages), launch.spec.symbol
+    assert launch.spec.min_blocks_per_sm == {3: 3, 4: 2}[stages]
+    assert dispatch.select_indexed(IndexedProblem(n, k, experts, top_k, 8, routes), tuning="STAGES=3").spec.config[
+        "STAGES"] == 3
+    short_k = dispatch.select_indexed(IndexedProblem(7168, 256, 384, 1, 8, routes))  # TP8 down: its own rings
+    assert short_k.spec.config["STAGES"] == 3 and short_k.spec.config["NT"] == (4 if routes >= 15 or not routes else 2)
 
 
 @pytest.mark.parametrize("n,k,experts,top_k,routes,stages", [
     (4096, 7168, 48, 8, 512, 2),    # EP8 T=8 gate_up: up to 112 blocks x 32 tiles, 6.8 a CTA at 4 an SM
     (7168, 2048, 48, 1, 512, 2),    # EP8 T=8 down: 56 tiles a block
-    (4096, 7168, 48, 8, 64, 3),     # EP8 T=1 gate_up: 1792 tiles, under 4 a CTA
-    (7168, 2048, 48, 1, 64, 3),     # EP8 T=1 down: 3136 tiles by the bound, but fewer routes than SMs
+    (4096, 7168, 48, 8, 128, 3),    # EP8 T=2 gate_up: 1792 tiles, under 4 a CTA
+    (7168, 2048, 48, 1, 128, 3),    # EP8 T=2 down: 4032 tiles by the bound, but fewer routes than SMs
     (7168, 2048, 48, 1, 256, 2),    # EP8 T=4 down
     (512, 7168, 384, 8, 160, 3),    # TP8 T=20 gate_up: 640 tiles (the 2-stage ring lost 8 % there)
     (512, 7168, 384, 8, 1024, 3),   # TP8 T=128 gate_up: 2048 tiles, just under 2112

@@ -135,6 +135,25 @@ def few_tiles_decode(problem: IndexedProblem, launch: Launch, sms: int = H200_SM
     return tiles is not None and 2 * tiles <= resident_ctas(launch, sms)
 
 
+# EP's one-token-a-rank decode: a call of at most one route for every two SMs over a wide weight
+# (32+ tiles a route) and deep K. EP8 with one token a rank makes 8 tokens x top-8 = 64 routes, of
+# which ~8 are the rank's own; the host cannot tell which, so decode_tiles bounds 1792+ tiles where
+# ~130 run, and the call is few_tiles_decode's case in fact: the 4-deep ring (2 CTAs an SM) wins
+# (ncu ABBA, H100 at boost clock, 2026-12-06: EP8 T=1 gate_up -7.9 %, down -13.0 %; indexed-kernels.md
+# v39 on the H200 at base clock: -9.7 / -6.7 %). With twice the routes it loses (EP8 T=2 gate_up
+# +5.9 %; v39: T=2/4 +3 to +6 %). TP8 keeps its rings: its gate_up has 4 tiles a route, its down
+# short K. Where every route is local (a wide weight with all experts on the rank) the bet is wrong
+# by about what EP8 T=2 shows.
+SPARSE_ROUTES_MIN_TILES_PER_ROUTE = 32
+
+
+def sparse_routes_decode(problem: IndexedProblem, launch: Launch, sms: int = H200_SMS) -> bool:
+    """At most one route for every two SMs, deep K, and a weight of at least
+    SPARSE_ROUTES_MIN_TILES_PER_ROUTE tiles a route on ``launch``."""
+    return (0 < 2 * problem.num_routes <= sms and problem.k >= WGMMA_MIN_K
+            and -(-problem.n // launch.cols_per_cta) >= SPARSE_ROUTES_MIN_TILES_PER_ROUTE)
+
+
 # The 8 x 128 decode tile (NT 2, TT 1, STAGE_K 256) with at least 4 tiles for every resident CTA
 # (EP8 gate_up from T=8: 3584+ tiles by the bound) runs a 2-stage ring at 4 CTAs an SM instead of
 # 3 stages at 3: each CTA streams whole tiles, and a fourth CTA hides a tile's latency chain
@@ -174,7 +193,7 @@ def choose_indexed_mma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH
     if cfg["NT"] == 4 and problem.k < WGMMA_MIN_K and "NT" not in tuned and one_wave_decode(problem, launch):
         cfg["NT"], cfg["STAGES"] = 2, ring  # the one-tile ring is the 256-row tile's (ONE_TILE_RING)
         launch = indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
-    if "STAGES" not in tuned and few_tiles_decode(problem, launch):
+    if "STAGES" not in tuned and (few_tiles_decode(problem, launch) or sparse_routes_decode(problem, launch)):
         deeper = indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], FEW_TILES_STAGES, arch=arch)
         if deeper.smem_bytes + 1024 <= SMEM_PER_SM:  # the deeper ring fits an SM (every decode tile's does)
             launch = deeper
