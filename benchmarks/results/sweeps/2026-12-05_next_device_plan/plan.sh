@@ -247,6 +247,18 @@ for step in "$@"; do
       OUT=$D/grpgrid CHORD_COMMIT=$label HUMMING_PREWARM_JOBS=12 \
         timeout -k 5 540 bash benchmarks/run.sh --family grouped > "$D/grpgrid.log" 2>&1
       st "grpgrid $label" $?; tail -40 "$D/grpgrid.log" ;;
+    sparsechk)  # main's sparse-routes rule (dispatch.sparse_routes_decode, d54fd41): the indexed GPU
+      # tests that reach it (Kimi shapes at T=1, determinism, graphs, split tiles), memcheck on the mma_sk
+      # cases, then ncu ABBA at boost clock against the tree before it (.ab/f5b724d, carried)
+      timeout 300 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py -q -p no:cacheprovider \
+        -k "kimi_shapes or no_host_sync or streamk_split or cuda_graph or non_kimi or empty" > "$D/sparse_pytest.log" 2>&1
+      st sparse_pytest $?; tail -3 "$D/sparse_pytest.log"
+      timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/gpu_sanitize_case.py mma_sk \
+        > "$D/sparse_memcheck.log" 2>&1
+      st sparse_memcheck $?; tail -2 "$D/sparse_memcheck.log"
+      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_sparse_none" indexed \
+        "--scenarios ep8,tp8 --tokens 1,2,8 --dists uniform" base=.ab/f5b724d sparse=. > "$D/sparse_ab.log" 2>&1
+      st sparse_ab $?; cat "$D"/ab_sparse_none/table_*.md 2> /dev/null | tail -14 ;;
     st4ep8)  # EP8 T=1/2/4 on the 4-deep decode ring (STAGES=4: 2 CTAs an SM) against main's 3 stages,
       # ncu ABBA at the clocks do_bench sees (v39 measured it on the H200 at base clock: T=1 -9.7 /
       # -6.7 %, T=2/4 +3 to +6 %); the data for a host rule that takes it at 64 routes or fewer
