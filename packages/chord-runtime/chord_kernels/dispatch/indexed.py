@@ -124,8 +124,9 @@ def one_wave_decode(problem: IndexedProblem, launch: Launch, sms: int = H200_SMS
 # gate_up at T=1: 32 tiles of 28 stages, ~12 CTAs a tile). A 4-deep ring (2 CTAs an SM where 3
 # stages fit 3) makes a third fewer CTAs and so fewer contributors a split tile, each with a
 # longer run (ncu, base clock, v39: TP8 gate_up T=1 -13.8 %, T=2 -9.2 %, T=4 -7.1 %; at T=8, 256
-# tiles, +1.2 %; EP8 T=2/4 +3 to +6 %, which the host cannot tell from EP8 T=1's -10 %: its local
-# routes are unknown, so it keeps 3, benchmarks/results/sweeps/2026-12-03_v39_decode_stages/).
+# tiles, +1.2 %; EP8 T=2/4 +3 to +6 %, EP8 T=1 -10 %, which the tile bound cannot see: its local
+# routes are unknown; sparse_routes_decode takes EP8 T=1 by its route count,
+# benchmarks/results/sweeps/2026-12-03_v39_decode_stages/).
 FEW_TILES_STAGES = 4
 
 
