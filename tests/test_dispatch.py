@@ -804,8 +804,7 @@ def test_grouped_shallow_decode_ring_where_tiles_fill_the_ctas():
             launch = pick(routing, experts, rows, n, k)
             assert {key: launch.spec.config[key] for key in shallow} == shallow, (routing, experts, rows, n)
             assert launch.spec.min_blocks_per_sm == 4 and (launch.rows_per_cta, launch.cols_per_cta) == (8, 128)
-        for experts, rows, n, k in ((48, 1, 4096, 7168), (48, 1, 7168, 2048), (24, 3, 4096, 7168), (24, 5, 4096, 7168),
-                                    (12, 5, 4096, 7168)):
+        for experts, rows, n, k in ((24, 3, 4096, 7168), (24, 5, 4096, 7168), (12, 5, 4096, 7168)):
             launch = pick(routing, experts, rows, n, k)
             assert (launch.spec.config["NT"], launch.spec.config["STAGES"], launch.spec.min_blocks_per_sm) == (2, 3, 3)
         assert pick(routing, 12, 5, 7168, 2048).spec.config["NT"] == 4  # the wide tile, one wave whole
@@ -822,6 +821,30 @@ def test_grouped_shallow_decode_ring_where_tiles_fill_the_ctas():
         assert dispatch.grouped_shallow_decode(routing, block_k).spec.symbol in symbols
     assert dispatch.grouped_shallow_decode("masked", 64) is None
     assert dispatch.grouped_shallow_decode("contiguous_offsets", 128) is None
+
+
+def test_grouped_sparse_decode_ring_at_one_expected_row():
+    """At one expected row an expert or fewer on deep K (EP8/EP16/EP32 T=1) the offsets and masked
+    forms' 3-stage decode ring goes 4 deep, 2 CTAs an SM (grouped-kernels.md v53). Not from 2
+    rows (EP8 T=8: the 2-stage ring), not on short K, not the DeepGEMM form (not measured)."""
+    def pick(routing, experts, rows, n, k):
+        return dispatch.select_grouped(GroupedProblem(routing, n, k, experts, rows, 128 if routing == "masked" else 64))
+
+    sparse = {"NT": 2, "TT": 1, "STAGE_K": 256, "STAGES": 4}
+    for routing in dispatch.SHALLOW_DECODE_FORMS:
+        for experts in (48, 24, 12):
+            for n, k in ((4096, 7168), (7168, 2048)):
+                launch = pick(routing, experts, 1, n, k)
+                assert {key: launch.spec.config[key] for key in sparse} == sparse, (routing, experts, n)
+                assert launch.spec.min_blocks_per_sm == 2 and (launch.rows_per_cta, launch.cols_per_cta) == (8, 128)
+        assert pick(routing, 48, 2, 4096, 7168).spec.config["STAGES"] == 2  # the 2-stage ring from 2 rows
+        assert pick(routing, 48, 1, 7168, 256).spec.config["STAGES"] != 4  # short K keeps its rings
+    assert pick("contiguous", 48, 1, 4096, 7168).spec.config["STAGES"] != 4
+    # precompile and CI's compile (and its no-spill test) reach it
+    symbols = {launch.spec.symbol for launch in dispatch.grouped_reachable_launches()}
+    for routing, block_k in dispatch.SHALLOW_DECODE_FORMS.items():
+        assert dispatch.grouped_sparse_decode(routing, block_k).spec.symbol in symbols
+    assert dispatch.grouped_sparse_decode("masked", 64) is None
 
 
 def test_grouped_few_wave_32_row_tiles():

@@ -368,6 +368,34 @@ def shallow_decode(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_
     return shallow if tiles >= SHALLOW_DECODE_TILES_PER_CTA * resident_ctas(shallow, sms) else launch
 
 
+# At one expected row an expert or fewer on deep K (EP8/EP16/EP32 at one token a rank), the 3-stage
+# decode ring goes 4 deep instead (2 CTAs an SM): the grouped form of indexed v65. There the experts
+# with rows are few (EP8 T=1: ~5 routes on ~4 of 48 experts) and their tiles split over fewer CTAs
+# with a longer run each (ncu ABBA at boost clock, H100, grouped-kernels.md v53, both forms):
+# EP8 T=1 gate_up -8.5 / -10.0 %, down -17.0 / -13.6 %; EP32 T=1 down -13.8 / -13.4 %, gate_up
+# -1.9 / -0.2 %; EP16 T=1 gate_up -3.7 / -4.5 %, down +3.2 / +0.3 %. The offsets and masked forms
+# (SHALLOW_DECODE_FORMS) only: the DeepGEMM form was not measured.
+SPARSE_DECODE_MAX_ROWS = 1
+SPARSE_DECODE_STAGES = 4
+
+
+def grouped_sparse_decode(routing: str, block_k: int, arch: str = DEFAULT_ARCH) -> Launch | None:
+    """The 8 x 128 decode tile on its 4-deep ring (2 CTAs an SM), where ``routing`` and
+    ``block_k`` may take it."""
+    if SHALLOW_DECODE_FORMS.get(routing) != block_k:
+        return None
+    return grouped_mma_streamk(routing, 2, 1, 256, block_k, SPARSE_DECODE_STAGES, arch)
+
+
+def sparse_decode(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH) -> Launch:
+    """``launch``, or its 4-deep ring (grouped_sparse_decode) where ``launch`` is the 3-stage
+    decode tile, the experts expect at most SPARSE_DECODE_MAX_ROWS rows and K is deep."""
+    if (not replaces_decode_ring(launch) or problem.rows_per_expert > SPARSE_DECODE_MAX_ROWS
+            or problem.k < WGMMA_MIN_K):
+        return launch
+    return grouped_sparse_decode(problem.routing, problem.block_k, arch) or launch
+
+
 # Mid batch on few experts and deep K (grouped-kernels.md v45, v46): where an expert's expected rows
 # take 24-row tiles by padding (mid_batch_block_m: 11-16 rows) but the 512 x 24 tile loop leaves
 # SMs idle (takes_24_row_blocks: under MID_BATCH_24_MIN_WAVES; v25 measured it +4 to +14 % at
@@ -613,6 +641,10 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
         if chosen is not launch:
             why += (f"; the wide decode tile ({WIDE_DECODE_TILES_PER_CTA}+ expected tiles a resident CTA, "
                     f"or {MMA_WHOLE_FILL}-1: one wave of whole tiles)")
+    sparse = sparse_decode(problem, chosen, arch)  # (only the 3-stage decode ring: where another rule took it, not)
+    if sparse is not chosen:
+        chosen = sparse
+        why += f"; the 4-deep decode ring ({SPARSE_DECODE_MAX_ROWS} expected row an expert or fewer, deep K)"
     few = few_wave_32(problem, chosen, arch, sms)  # (only the 512 x 32 tile loop: no other rule takes it)
     if few is not chosen:
         chosen = few
@@ -656,17 +688,18 @@ def pair_with_tall_tile(problem: GroupedProblem, best: Launch, candidates: list,
 def grouped_launch_variants(routing: str, n: int, k: int, rows: int, block_k: int,
                             arch: str = DEFAULT_ARCH) -> list[Launch]:
     """grouped_launch and every K split of it that select_grouped can pick on this K, and for
-    8-row tiles the wide decode tile (widen_decode) and the 2-stage ring (shallow_decode), for 16-row
-    tiles the 256 x 24 tile loop (narrow_mid_batch)."""
+    8-row tiles the wide decode tile (widen_decode), the 2-stage ring (shallow_decode) and the
+    4-deep ring (sparse_decode), for 16-row tiles the 256 x 24 tile loop (narrow_mid_batch)."""
     launch = grouped_launch(routing, n, k, rows, block_k, arch)
     splits = split_k_choices(k, block_k)[1:] if splits_k(launch) else ()
     wide = grouped_wide_decode(routing, n, k, block_k, arch) if rows == 8 else None
     d16 = grouped_decode_16(routing, block_k, arch) if rows == 8 and takes_decode_16(routing, k) else None
     shallow = grouped_shallow_decode(routing, block_k, arch) if replaces_decode_ring(launch) else None
+    sparse = grouped_sparse_decode(routing, block_k, arch) if replaces_decode_ring(launch) and k >= WGMMA_MIN_K else None
     narrow = grouped_narrow_mid_batch(routing, n, block_k, arch) if rows == 16 and takes_narrow_mid_batch(routing, n, k) else None
     few = grouped_few_wave_32(routing, n, block_k, arch) if is_mid_batch_32(routing, launch) else None
     return [launch] + [grouped_launch(routing, n, k, rows, block_k, arch, s) for s in splits] + \
-        [d for d in (wide, shallow, narrow, few, d16) if d is not None]
+        [d for d in (wide, shallow, sparse, narrow, few, d16) if d is not None]
 
 
 def grouped_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:
