@@ -161,6 +161,10 @@ grouped_case("grouped wide decode, one wave whole", 4096, 1024, [5] * 18 + [0, 7
 # replaces the wide tile: an expert of 17 rows (three tiles), an empty one.
 grouped_case("grouped 2-stage decode ring", 4096, 1024, [2] * 45 + [0, 9, 13], 768, 2, 16, 2)
 grouped_case("grouped 2-stage decode ring, 4 rows", 4096, 1024, [4] * 46 + [0, 17], 768, 4, 16, 4)
+# The 8 x 128 decode tile on its 4-deep ring at 2 CTAs an SM (dispatch.sparse_decode; grouped v53):
+# one expected row on 48 experts (EP8 T=1), N 4096 on K 1024, five busy experts of 1-9 rows (the
+# last two tiles): ~200 tiles of 4 stages for the 264 resident CTAs, split over runs.
+grouped_case("grouped 4-deep decode ring", 4096, 1024, [1, 0, 2, 0, 3, 9] + [0] * 42, 384, 1, 8, 1)
 # The 16-row decode tile (dispatch.decode_16; grouped v47): 7 expected rows on 24
 # experts, N 4096 on K 1024 (~770 tiles of 4 stages over the resident CTAs: split tiles), an empty
 # expert, one of 3 rows and two of 12 and 17 (two tiles).

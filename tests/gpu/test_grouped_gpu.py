@@ -488,6 +488,19 @@ def test_shallow_decode_ring(shape, expected_m, routing_name, tile_family, monke
 
 
 @pytest.mark.parametrize("routing_name", ["contiguous_offsets", "masked"])
+@pytest.mark.parametrize("shape", ["ep8_gate_up", "ep8_down"])
+def test_sparse_decode_ring(shape, routing_name, tile_family, monkeypatch):
+    """1 expected row on 48 experts (EP8 T=1) in the offsets and masked forms takes the 8 x 128
+    decode tile on its 4-deep ring at 2 CTAs an SM (dispatch.sparse_decode; grouped-kernels.md v53):
+    the reference, the same bits run to run, rows past the counts never written, graph replays with
+    the counts changed, the locks left zero."""
+    bufs, graph, launch = capture_dispatch_choice(
+        tile_family, monkeypatch, "the 4-deep decode ring", routing_name, SHAPES[shape], 24, 1, seed=53)
+    assert (launch.spec.config["NT"], launch.spec.config["STAGES"], launch.spec.min_blocks_per_sm) == (2, 4, 2)
+    bufs.check_count_draws(graph, 54, "the 4-deep ring's split sums")
+
+
+@pytest.mark.parametrize("routing_name", ["contiguous_offsets", "masked"])
 @pytest.mark.parametrize("shape", [EP32_GATE_UP, SHAPES["ep32_down"]])
 def test_few_wave_32_row_tile(shape, routing_name, tile_family, monkeypatch):
     """22 expected rows on 12 experts (EP32 T=32) in the offsets and masked forms take
