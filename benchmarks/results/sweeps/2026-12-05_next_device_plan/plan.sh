@@ -12,11 +12,11 @@
 # gone). With CHORD_COMMIT=<main's short sha>, one call each, in this order, on an H200 (an H100's
 # mid batch is bytes-bound: it cannot rank k-loop changes, and its grids are in docs/performance.md):
 #   1. install grpgrid (~7.5 min on the H100, Humming's JIT prewarm included): the grouped grid with
-#      grouped v46-v49 in (docs/performance.md's grouped H200 table is at 7515572, before v47-v49)
+#      grouped v46-v49 and v53 in (docs/performance.md's grouped H200 table is at 7515572, before v47)
 #   2. abbias (~5 min, carry [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`): the
 #      immediate 136 bias against main, ncu ABBA (indexed-kernels.md v62/v63: the last trim left
 #      to rank at mid batch)
-#   3. idxgrid (~2.5 min): the indexed grid (no indexed kernel change since 7515572)
+#   3. idxgrid (~2.5 min): the indexed grid (since 7515572: v65, EP8 T=1's 4-deep ring)
 #   4. midprof (~3 min) on the H200: where EP8 T=128 gate_up's ~1540 cycles a stage go when its feed
 #      alone takes ~1180 and its k loop alone 1084 (indexed-kernels.md v60, v63; the H100 run of it
 #      was bytes-bound and could not say)
