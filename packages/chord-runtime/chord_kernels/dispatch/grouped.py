@@ -316,7 +316,8 @@ def decode_16(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH)
 # the grouped 3-stage ring at T=8 by 2-3 %; at T=32 the two were level. gv40 (this ring at 1.25+
 # tiles a CTA, H100 ncu ABBA) won 1-3 % at EP8 and EP16 T=8 but swung -6 / +8 % by routing at
 # EP16 T=20 gate_up (1.45 tiles a CTA), which 2 excludes. At 1 expected row the mean cannot tell
-# 5 routes on 4 experts from 48 busy experts (T=1: -13 to +11 %), so those keep theirs. The offsets
+# 5 routes on 4 experts from 48 busy experts (T=1: -13 to +11 %), so those keep theirs (sparse_decode
+# gives them the 4-deep ring instead, grouped v53). The offsets
 # form (BLOCK_K-64 weights; H100 ncu ABBA, v43: skewed EP8 T=20 -7 to -10 %) and the masked form
 # (its BLOCK_K-128 weights, v44: 128 registers at 4 CTAs an SM, no spill since block_chunk divides
 # unsigned). The DeepGEMM form was not measured. On the H200 (2026-12-06, ncu ABBA against the
