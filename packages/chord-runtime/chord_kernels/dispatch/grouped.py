@@ -334,12 +334,18 @@ SHALLOW_DECODE_RING = {"NT": 2, "TT": 1, "STAGE_K": 256, "STAGES": 3}  # the til
 SHALLOW_DECODE_FORMS = {"contiguous_offsets": 64, "masked": 128}  # routing: the BLOCK_K of its weights
 
 
+def grouped_decode_ring(routing: str, block_k: int, stages: int, arch: str = DEFAULT_ARCH) -> Launch | None:
+    """The 8 x 128 decode tile (SHALLOW_DECODE_RING's) on a ring of ``stages``, where ``routing``
+    and ``block_k`` may take another ring (SHALLOW_DECODE_FORMS), else None."""
+    if SHALLOW_DECODE_FORMS.get(routing) != block_k:
+        return None
+    return grouped_mma_streamk(routing, 2, 1, 256, block_k, stages, arch)
+
+
 def grouped_shallow_decode(routing: str, block_k: int, arch: str = DEFAULT_ARCH) -> Launch | None:
     """The 8 x 128 decode tile on its 2-stage ring (4 CTAs an SM), where ``routing`` and
     ``block_k`` may take it."""
-    if SHALLOW_DECODE_FORMS.get(routing) != block_k:
-        return None
-    return grouped_mma_streamk(routing, 2, 1, 256, block_k, 2, arch)
+    return grouped_decode_ring(routing, block_k, 2, arch)
 
 
 def replaces_decode_ring(launch: Launch) -> bool:
@@ -383,9 +389,7 @@ SPARSE_DECODE_STAGES = 4
 def grouped_sparse_decode(routing: str, block_k: int, arch: str = DEFAULT_ARCH) -> Launch | None:
     """The 8 x 128 decode tile on its 4-deep ring (2 CTAs an SM), where ``routing`` and
     ``block_k`` may take it."""
-    if SHALLOW_DECODE_FORMS.get(routing) != block_k:
-        return None
-    return grouped_mma_streamk(routing, 2, 1, 256, block_k, SPARSE_DECODE_STAGES, arch)
+    return grouped_decode_ring(routing, block_k, SPARSE_DECODE_STAGES, arch)
 
 
 def sparse_decode(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH) -> Launch:
