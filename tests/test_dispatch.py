@@ -254,6 +254,34 @@ def test_many_tiles_decode_takes_the_2_stage_ring(n, k, experts, top_k, routes, 
     assert tuned.spec.config["STAGES"] == 3
 
 
+@pytest.mark.parametrize("n,k,experts,top_k,routes,row_tiles,evict_first", [
+    # the H100 measurements behind EVICT_FIRST_MAX_BYTES (indexed-kernels.md v67), by the tiles the
+    # device counts: routing blocks of 8 (about the experts touched) x column tiles
+    (4096, 7168, 48, 8, 64, 5, True),      # EP8 T=1 gate_up: ~4 experts (-11 %)
+    (4096, 7168, 48, 8, 512, 30, False),   # EP8 T=8 gate_up: 30 experts (+1.3 % evict-first)
+    (7168, 2048, 48, 1, 512, 30, True),    # EP8 T=8 down (-2.5 %)
+    (512, 7168, 384, 8, 160, 140, True),   # TP8 T=20 gate_up (-2 %)
+    (512, 7168, 384, 8, 1024, 370, False),  # TP8 T=128 gate_up: 359 experts (+1 % evict-first)
+    (7168, 256, 384, 1, 1024, 370, True),  # TP8 T=128 down (-2 %)
+])
+def test_short_weight_streams_load_evict_first(n, k, experts, top_k, routes, row_tiles, evict_first):
+    launch = dispatch.select_indexed(IndexedProblem(n, k, experts, top_k, 8, routes))
+    tiles = row_tiles * -(-n // launch.cols_per_cta)
+    bound = dispatch.evict_first_tiles(launch, k)  # MoeParams::evict_first_tiles; the kernel compares
+    assert (tiles <= bound) == evict_first
+    assert bound * dispatch.mma_tile_weight_bytes(launch, k) <= dispatch.EVICT_FIRST_MAX_BYTES
+
+
+def test_only_the_mma_stream_k_tiles_load_evict_first():
+    decode = dispatch.select_grouped(GroupedProblem("masked", 7168, 2048, 12, 1, 128))
+    prefill = dispatch.select_indexed(IndexedProblem(4096, 7168, 48, 8, 128))
+    one_cta = dispatch.select_indexed(IndexedProblem(4096, 7168, 48, 8, 8), family="mma")
+    assert decode.spec.family == "grouped_mma_sk" and dispatch.evict_first_tiles(decode, 2048) == 2844
+    assert dispatch.evict_first_tiles(prefill, 7168) == dispatch.evict_first_tiles(one_cta, 7168) == 0
+    deepgemm = dispatch.grouped_mma_streamk("contiguous", 4, 1, 128, 128)  # kEvictFirstWeights: never
+    assert dispatch.evict_first_tiles(deepgemm, 2048) == 0
+
+
 @pytest.mark.parametrize("routes", [4096, 0])
 def test_16_row_short_k_tiles_take_the_one_tile_ring(routes):
     # TP8 down (N 7168, K 256) at T=512: 16-row blocks on the 256-row tile run 2 stages (one tile)

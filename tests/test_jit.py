@@ -195,7 +195,7 @@ def test_moe_params_struct_is_the_host_pack(tmp_path, real_nvcc):
 
     sizes = _struct_sizes(real_nvcc, tmp_path, "common/moe_params.cuh",
                           ["chord::MoeParams", "chord::MoeTmaParams", "chord::MoeTmaActParams"])
-    assert sizes == [ops.MOE_PARAMS.size, ops._TMA_MAPS_OFFSET + 256, ops._TMA_MAPS_OFFSET + 384] == [168, 448, 576]
+    assert sizes == [ops.MOE_PARAMS.size, ops._TMA_MAPS_OFFSET + 256, ops._TMA_MAPS_OFFSET + 384] == [176, 448, 576]
 
 
 def test_mma_smem_bytes_is_the_struct_size(tmp_path, real_nvcc):

@@ -41,7 +41,7 @@ def test_indexed_plan_values(stub_device):
                                                                          out, "mma", "")
     assert tails is None  # no tensor maps: the tail alone, the same every call
     lda, ldc, *rest = ops._PARAMS_TAIL.unpack(tail)  # the signature's part of MoeParams, packed once
-    ints, scratch = rest[:14], tuple(rest[14:])
+    ints, scratch = rest[:len(ops._INTS)], tuple(rest[len(ops._INTS):])
     assert (lda, ldc) == (a.stride(0), out.stride(0))
     assert kernel == "kernel" and stub_device == [launch.spec] and device == 0
     want = dispatch.choose_indexed_mma(dispatch.IndexedProblem(64, 256, 4, 2, 8))
@@ -50,7 +50,8 @@ def test_indexed_plan_values(stub_device):
     fields = dict(zip(ops._INTS, ints, strict=True))
     assert fields == {"num_routes": 6, "n": 64, "k": 256, "top_k": 2, "num_experts": 4, "block_m": 8,
                       "num_blocks": expert_ids.numel(), "ctas_per_block": 1, "sorted_len": sorted_ids.numel(),
-                      "max_m": 0, "pick_rows": 0, "pick_cost": 0, "pick_other_cost": 0, "pick_first": 0}
+                      "max_m": 0, "pick_rows": 0, "pick_cost": 0, "pick_other_cost": 0, "pick_first": 0,
+                      "evict_first_tiles": 0}  # the one-CTA mma tile never loads evict-first
     assert scratch == (0, 0)  # one CTA per tile: no stream-K workspace
 
 
@@ -63,6 +64,8 @@ def test_indexed_streamk_plan_is_persistent_with_scratch(stub_device):
     assert scratch == (workspace.data_ptr(), locks.data_ptr())
     assert workspace.numel() >= grid[0] * launch.partial_floats and locks.numel() >= grid[0]
     assert not locks.any()  # the kernels rely on zeroed locks
+    fields = dict(zip(ops._INTS, ops._PARAMS_TAIL.unpack(plan[4])[2:-2], strict=True))
+    assert fields["evict_first_tiles"] == dispatch.evict_first_tiles(launch, 256) > 0
     # a second plan needing no more reuses the buffers; the kept ones are never freed
     again = ops._indexed_plan(a, packed, sorted_ids, expert_ids, ntp, 2, 8, out, "mma_sk", "")
     assert ops._PARAMS_TAIL.unpack(again[4])[-2:] == scratch and len(ops._streamk_buffers[0]) == 1
@@ -85,14 +88,16 @@ def test_indexed_plan_rejects_bad_signatures(stub_device):
 
 
 def test_params_struct_layout():
-    # Mirrors csrc/common/moe_params.cuh's static_asserts: 168 bytes, lda at 80, num_routes at 96,
-    # the stream-K workspace pointer at 152.
-    assert ops.MOE_PARAMS.size == 168
-    raw = ops.MOE_PARAMS.pack(*range(1, 11), 111, 222, *range(301, 315), 401, 402)
+    # Mirrors csrc/common/moe_params.cuh's static_asserts: 176 bytes, lda at 80, num_routes at 96,
+    # the stream-K workspace pointer at 160 (after the 15 int fields and 4 bytes of padding).
+    assert ops.MOE_PARAMS.size == 176
+    raw = ops.MOE_PARAMS.pack(*range(1, 11), 111, 222, *range(301, 316), 401, 402)
     assert struct.unpack_from("@q", raw, 80)[0] == 111 and struct.unpack_from("@i", raw, 96)[0] == 301
     assert struct.unpack_from("@i", raw, 96 + 4 * 9)[0] == 310  # max_m
-    assert struct.unpack_from("@i", raw, 96 + 4 * 13)[0] == 314  # pick_first is the last int field
-    assert struct.unpack_from("@2P", raw, 152) == (401, 402)  # workspace, locks
+    assert struct.unpack_from("@i", raw, 96 + 4 * 13)[0] == 314  # pick_first
+    assert struct.unpack_from("@i", raw, 96 + 4 * 14)[0] == 315  # evict_first_tiles is the last int field
+    assert ops._INTS[-1] == "evict_first_tiles"
+    assert struct.unpack_from("@2P", raw, 160) == (401, 402)  # workspace, locks
 
 
 def test_cpu_grouped_paths_write_only_valid_rows():
@@ -236,7 +241,7 @@ def test_grouped_launch_path_resolves_once_per_signature(grouped_stub, routing_n
     assert ptrs[slot_name] == route.data_ptr()
     assert all(v == 0 for name, v in ptrs.items() if name not in ("a", "qweight", "scale", "out", slot_name))
     assert fields[10:12] == (a.stride(0), out.stride(0)) and stream == 77
-    ints = dict(zip(ops._INTS, fields[12:26], strict=True))
+    ints = dict(zip(ops._INTS, fields[12:-2], strict=True))
     problem = grouped_stub["select"][0]
     launch = dispatch.select_grouped(problem)
     tile = launch.rows_per_cta
@@ -245,8 +250,11 @@ def test_grouped_launch_path_resolves_once_per_signature(grouped_stub, routing_n
     # 6 rows per expert: the stream-K schedule, every resident CTA (3 SMs here), with scratch
     assert launch.persistent and grid == (3 * launch.spec.min_blocks_per_sm, 1, 1)
     workspace, locks = ops._streamk_buffers[0][-1]
-    assert fields[26:] == (workspace.data_ptr(), locks.data_ptr()) and block == (launch.spec.threads, 1, 1)
+    assert fields[-2:] == (workspace.data_ptr(), locks.data_ptr()) and block == (launch.spec.threads, 1, 1)
     assert ints["pick_rows"] == 0  # no pair at 6 rows an expert
+    # the mma tile's L2 evict-first bound, which the kernel compares with its routed tiles (not the DeepGEMM form's)
+    assert ints["evict_first_tiles"] == dispatch.evict_first_tiles(launch, 256)
+    assert (ints["evict_first_tiles"] > 0) == (routing_name != "contiguous")
     if routing_name == "masked":
         assert (ints["max_m"], ints["ctas_per_block"]) == (6, -(-6 // tile))
     else:
@@ -279,7 +287,7 @@ def test_grouped_tall_tile_pair_launches_both_with_mirrored_picks(grouped_stub, 
     assert len(grouped_stub["launches"]) == 2 and grouped_stub["loaded"] == [launch.spec, other.spec]
     first, second = (ops.MOE_PARAMS.unpack(raw[:ops.MOE_PARAMS.size]) for *_, raw in grouped_stub["launches"])
     assert first[:12] == second[:12] and grouped_stub["launches"][0][3] == grouped_stub["launches"][1][3] == 77
-    picks = [dict(zip(ops._INTS, f[12:26], strict=True)) for f in (first, second)]
+    picks = [dict(zip(ops._INTS, f[12:-2], strict=True)) for f in (first, second)]
     assert [(p["pick_rows"], p["pick_cost"], p["pick_other_cost"], p["pick_first"]) for p in picks] == [
         (other.rows_per_cta, cost, other_cost, 1), (launch.rows_per_cta, other_cost, cost, 0)]
     assert cost != other_cost and cost > 0 and other_cost > 0

@@ -67,6 +67,17 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int sr
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
 }
 
+// cp_async_16 whose L2 line is the first to be evicted: a weight stream read once a call then
+// leaves L2 to what the kernels around it keep there, dirty lines among them, whose write-back
+// would otherwise share this call's HBM time (indexed-kernels.md v67). The policy is made inside
+// the asm (a uniform constant in SASS), so no 64-bit register lives across the loop.
+__device__ __forceinline__ void cp_async_16_evict_first(void* smem, const void* gmem, int src_bytes) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile(
+      "{\n.reg .b64 policy;\ncreatepolicy.fractional.L2::evict_first.b64 policy, 1.0;\n"
+      "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, policy;\n}\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 template <int N>

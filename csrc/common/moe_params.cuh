@@ -66,13 +66,17 @@ struct MoeParams {
   int32_t pick_cost;        // this kernel's cost a row tile (the dispatch's model units)
   int32_t pick_other_cost;  // the other kernel's
   int32_t pick_first;       // 1: this kernel runs on a tie
+  // The mma tile (common/w4a16_mma_tile.cuh): the weight and scale loads mark their L2 lines
+  // evict-first where the call's tiles (row tiles, counted on the device, x column tiles) are at
+  // most this many (chord_kernels.dispatch.evict_first_tiles; 0: never). Other tiles ignore it.
+  int32_t evict_first_tiles;
   float* workspace;        // stream-K: FP32 partials, [grid CTAs][2][threads][accumulators]
   int32_t* locks;          // stream-K: [grid CTAs]; the tile loop: [2] (next tile, CTAs done); zeros, every launch leaves them zero
 };
 // The host packs this struct by hand: keep them in step.
-static_assert(sizeof(MoeParams) == 168, "MoeParams layout changed: update chord_kernels/ops.py");
+static_assert(sizeof(MoeParams) == 176, "MoeParams layout changed: update chord_kernels/ops.py");
 static_assert(offsetof(MoeParams, lda) == 80 && offsetof(MoeParams, num_routes) == 96 &&
-                  offsetof(MoeParams, workspace) == 152,
+                  offsetof(MoeParams, workspace) == 160,
               "MoeParams layout changed: update chord_kernels/ops.py");
 
 // The parameters of the kernels whose tile loads weights and scales by tensor map

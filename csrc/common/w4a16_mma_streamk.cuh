@@ -55,12 +55,20 @@ struct MmaStreamK {
     // A thread always gathers the same tile row; a warp covers 32 / kThreadsPerRow rows, each
     // as one contiguous run (2 x 256 B at 8 rows and 256 columns).
     const int tid = threadIdx.x, my_row = tid / kThreadsPerRow, my_chunk = tid % kThreadsPerRow;
-    const StreamKWork w(Rows::count(p), (p.n + kRows - 1) / kRows, p.k / STAGE_K, p.k, kMmaWholeTiles);
+    const int row_tiles = Rows::count(p), col_tiles = (p.n + kRows - 1) / kRows;
+    const StreamKWork w(row_tiles, col_tiles, p.k / STAGE_K, p.k, kMmaWholeTiles);
     const int iterations = w.iterations();
 #ifdef CHORD_CTA_TRACE
     cta_trace_schedule(w, Rows::count(p));
 #endif
     if (iterations == 0) return;
+    // Whether the call's weight stream is short enough to go through L2 evict-first
+    // (MoeParams::evict_first_tiles): kept in shared memory, as a register across the loop would
+    // spill the 4-CTA rings (127 registers).
+    if constexpr (Rows::kEvictFirstWeights) {
+      if (tid == 0) sm.evict_first = row_tiles * col_tiles <= p.evict_first_tiles;
+      __syncthreads();
+    }
 
     // Loader: its walk, the row tiles' indices (the next one's in flight), and the copy sources
     // of the tile being loaded (rebuilt when the segment changes).
@@ -84,7 +92,7 @@ struct MmaStreamK {
         const RowRef& cur = rows.cur;
         if (my_chunk == 0) sm.route[slot][my_row] = cur.expert >= 0 ? cur.route : -1;
         if (cur.expert >= 0) {
-          Tile::load_weights_scales(p, sm, slot, src, ld.s);
+          Tile::load_weights_scales(p, sm, slot, src, ld.s, Rows::kEvictFirstWeights && sm.evict_first);
           // Activations: this thread always gathers tile row my_row; missing rows read as zero.
           const int bytes = cur.route >= 0 ? 16 : 0;
 #pragma unroll

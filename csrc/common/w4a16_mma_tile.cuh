@@ -64,9 +64,10 @@ struct MmaTile {
     int32_t out_row[kTok];
     // Stream-K schedule only (common/w4a16_mma_streamk.cuh): each ring slot's tile rows (route
     // ids, -1 = none), written when the slot is loaded, read by the tile's epilogue; and the
-    // CTA's "I finish this split tile" answer.
+    // CTA's "I finish this split tile" answer; and whether the weight loads go L2 evict-first.
     int32_t route[STAGES][kTok];
     int32_t finisher;
+    int32_t evict_first;
   };
 
   __device__ static Smem& smem() {
@@ -111,23 +112,37 @@ struct MmaTile {
     return src;
   }
 
-  // Stage s of the weights and scales into ring slot `slot`.
-  __device__ static void load_weights_scales(const MoeParams& p, Smem& sm, int slot, const Sources& src, int s) {
+  // Stage s of the weights and scales into ring slot `slot`; with `evict_first` their L2 lines
+  // go first (MoeParams::evict_first_tiles). One branch around two copies of the loads, so that
+  // each keeps the registers the loads had alone (a branch per copy spilled a 3-CTA ring).
+  __device__ static void load_weights_scales(const MoeParams& p, Smem& sm, int slot, const Sources& src, int s,
+                                             bool evict_first = false) {
+    if (evict_first) {
+      load_weights_scales_as<true>(p, sm, slot, src, s);
+    } else {
+      load_weights_scales_as<false>(p, sm, slot, src, s);
+    }
+  }
+  template <bool kEvictFirst>
+  __device__ static void load_weights_scales_as(const MoeParams& p, Smem& sm, int slot, const Sources& src, int s) {
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    auto copy = [](void* dst, const void* from, int bytes) {
+      if constexpr (kEvictFirst) cp_async_16_evict_first(dst, from, bytes);
+      else cp_async_16(dst, from, bytes);
+    };
 #pragma unroll
     for (int j = 0; j < kSubsPerStage; ++j) {  // chunks 32 i + lane of the stage's K block b
       const int b = j / kSubsPerBlock, i = j % kSubsPerBlock;
       const int offset = fragment_sub_offset<BLOCK_K>((s * kBlocksPerStage + b) * kSubsPerBlock) + i * 32 * 4;
 #pragma unroll
-      for (int t = 0; t < NT; ++t) cp_async_16(&sm.w[slot][b][warp][t][32 * i + lane], src.w[t] + offset, 16);
+      for (int t = 0; t < NT; ++t) copy(&sm.w[slot][b][warp][t][32 * i + lane], src.w[t] + offset, 16);
     }
     const int scale_offset = s * kGroupsPerStage * p.n;
 #pragma unroll
     for (int i = 0; i < kScaleCopies; ++i) {
       const int c = tid + i * kThreads;
       if (kScaleChunks % kThreads == 0 || c < kScaleChunks)
-        cp_async_16(&sm.scale[slot][c / (kRows / 8)][(c % (kRows / 8)) * 8], src.scale[i] + scale_offset,
-                    src.scale_bytes[i]);
+        copy(&sm.scale[slot][c / (kRows / 8)][(c % (kRows / 8)) * 8], src.scale[i] + scale_offset, src.scale_bytes[i]);
     }
   }
 

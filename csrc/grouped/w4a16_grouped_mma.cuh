@@ -147,6 +147,10 @@ struct GroupedRowTiles {
   template <int kTok>
   struct Of {
     static constexpr bool kCountByWarpScan = ROUTING != kContiguousRows;  // count_tiles_in_warp
+    // The mma tile's L2 evict-first weight loads (MoeParams::evict_first_tiles), but not for the
+    // DeepGEMM form: its 128-row aligned segments are prefill, and its NT 4 ring at 3 CTAs an SM
+    // has no register to spare for the second copy of the loads.
+    static constexpr bool kEvictFirstWeights = ROUTING != kContiguousRows;
     __device__ static int count(const MoeParams& p) {
       if (ROUTING == kContiguousRows) return (p.num_routes + kTok - 1) / kTok;
       return count_tiles_in_warp<ROUTING>(p, kTok);

@@ -22,20 +22,21 @@ from .dispatch import (
     GroupedProblem,
     IndexedProblem,
     Launch,
+    evict_first_tiles,
     select_grouped,
     select_indexed,
 )
 from .jit.launch import LoadedKernel, load_kernel
 from .layouts import PackedW4A16
 
-# chord::MoeParams (csrc/common/moe_params.cuh): 10 pointers, 2 int64, 14 int32, then the stream-K
-# workspace and locks pointers = 168 bytes; the header static_asserts the same size and offsets.
-MOE_PARAMS = struct.Struct("@10P2q14i2P")
+# chord::MoeParams (csrc/common/moe_params.cuh): 10 pointers, 2 int64, 15 int32, then the stream-K
+# workspace and locks pointers (8-aligned) = 176 bytes; the header static_asserts the same size and offsets.
+MOE_PARAMS = struct.Struct("@10P2q15i2P")
 # The same bytes in two parts: the pointers change every call; the rest (leading dimensions, the
 # problem's ints, the stream-K scratch) only with the call's signature, so a plan packs it once
 # (~0.6 µs of Python a call: one short pack and a bytes concatenation instead of 24 fields).
 _PARAMS_POINTERS = struct.Struct("@10P")
-_PARAMS_TAIL = struct.Struct("@2q14i2P")
+_PARAMS_TAIL = struct.Struct("@2q15i2P")
 assert _PARAMS_POINTERS.size + _PARAMS_TAIL.size == MOE_PARAMS.size  # the tail starts 8-aligned
 # chord::MoeTmaParams: MoeParams, padding to the 64-byte aligned maps at 192, the two maps (448).
 _TMA_MAPS_OFFSET = 192
@@ -44,7 +45,7 @@ _TMA_PAD = bytes(_TMA_MAPS_OFFSET - MOE_PARAMS.size)
 _POINTERS = ("a", "qweight", "scale", "out", "sorted_ids", "expert_ids", "num_tokens_padded",
              "m_indices", "expert_offsets", "masked_m")
 _INTS = ("num_routes", "n", "k", "top_k", "num_experts", "block_m", "num_blocks", "ctas_per_block",
-         "sorted_len", "max_m", "pick_rows", "pick_cost", "pick_other_cost", "pick_first")
+         "sorted_len", "max_m", "pick_rows", "pick_cost", "pick_other_cost", "pick_first", "evict_first_tiles")
 
 
 def _tma_params_tail(packed: PackedW4A16, launch: Launch) -> bytes:
@@ -206,7 +207,8 @@ def _indexed_plan(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, b
                                  f"indexed with {num_blocks} routing blocks of {block_m} rows "
                                  f"({launch.rows_per_cta} per CTA)")
     ints = dict(num_routes=m * top_k, n=n, k=k, top_k=top_k, num_experts=problem.num_experts, block_m=block_m,
-                num_blocks=num_blocks, ctas_per_block=launch.ctas_per_block(problem), sorted_len=sorted_len)
+                num_blocks=num_blocks, ctas_per_block=launch.ctas_per_block(problem), sorted_len=sorted_len,
+                evict_first_tiles=evict_first_tiles(launch, k))
     tail = _PARAMS_TAIL.pack(a.stride(0), out.stride(0), *(ints.get(name, 0) for name in _INTS), *scratch)
     # With tensor maps: the tail and the weight's maps by (qweight, scale) address (as _grouped_params).
     return kernel, launch, grid, (launch.spec.threads, 1, 1), tail, _device_index(a.device), \
@@ -367,7 +369,7 @@ def _grouped_plan(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
         """(kernel, grid, the params' tail) of one launch."""
         kernel = _load(launch, a.device)
         tile = launch.rows_per_cta
-        ints = dict(num_routes=rows, n=n, k=k, num_experts=e, **pick)
+        ints = dict(num_routes=rows, n=n, k=k, num_experts=e, evict_first_tiles=evict_first_tiles(launch, k), **pick)
         if routing_name == "contiguous":
             grid_y = -(-rows // tile)
         elif routing_name == "contiguous_offsets":

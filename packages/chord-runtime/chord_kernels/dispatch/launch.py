@@ -147,6 +147,34 @@ def streamk_launch(family: str, header: str, body: str, template_args: tuple, nt
     return replace(launch, partial_floats=2 * 128 * nt * tt * 4, iteration_k=stage_k)
 
 
+# The mma stream-K tiles' weight loads through L2 evict-first (MoeParams::evict_first_tiles;
+# indexed-kernels.md v67). Under do_bench's flush, and in serving after kernels that wrote, L2 holds
+# dirty lines: a weight stream on the default policy evicts them, and their write-back shares the
+# call's HBM time (a read flush instead took 6-9 µs off every decode call on the H200, 2026-12-04).
+# Weight lines marked evict-first leave those lines be. Measured on an H100 (do_bench, ABBA), the
+# stream-K decode calls of up to ~400 MB of tiles gained 2-11 % (EP8 T=1 -11 %, TP8 T=8 -8 to
+# -10 %, TP8 T=20 and T=128 down -2 to -7 %); the calls of 500-800 MB lost 1-2 % (EP8 T=8/20 and
+# TP8 T=128 gate_up). So the policy holds up to EVICT_FIRST_MAX_BYTES of a call's tiles, which the
+# kernel counts from the routed rows on the device (row tiles x column tiles): the host's bound on
+# the rows cannot tell an EP rank's few local routes from many.
+EVICT_FIRST_MAX_BYTES = 400 * 2**20
+EVICT_FIRST_FAMILIES = ("indexed_mma_sk", "grouped_mma_sk")
+EVICT_FIRST_NEVER_ROUTING = 1  # the DeepGEMM form (kContiguousRows): prefill, no register to spare (kEvictFirstWeights)
+
+
+def mma_tile_weight_bytes(launch: Launch, k: int) -> int:
+    """Bytes of one tile's weights over K: INT4 codes (K/2 a row) and BF16 group-32 scales (K/16)."""
+    return launch.cols_per_cta * k * 9 // 16
+
+
+def evict_first_tiles(launch: Launch, k: int) -> int:
+    """MoeParams::evict_first_tiles: the most tiles of a call whose weights ``launch`` loads L2
+    evict-first (EVICT_FIRST_MAX_BYTES of them); 0 for kernels that do not read it."""
+    if launch.spec.family not in EVICT_FIRST_FAMILIES or launch.spec.config.get("ROUTING") == EVICT_FIRST_NEVER_ROUTING:
+        return 0
+    return EVICT_FIRST_MAX_BYTES // mma_tile_weight_bytes(launch, k)
+
+
 def wgmma_weight_rows(wm: int, cwg: int) -> int:
     """Weight rows (output columns) one wgmma CTA covers: ``cwg`` consumer warpgroups x ``wm``
     m64 tiles."""
