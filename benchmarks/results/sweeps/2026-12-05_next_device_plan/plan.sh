@@ -5,24 +5,26 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the seventeenth session, 2026-12-06: every device lent was an H100 again; it ran
-# probe, ep32dec, t1prof, runstrace, runschk and abruns_idx, in git history; indexed-kernels.md
-# v63/v64 and grouped-kernels.md v52 read them). Every step but abbias runs main (carry [".whl"];
+# Pending (after the nineteenth session, 2026-12-06: every device lent was an H100 again; it ran
+# grpgrid and idxgrid on the H100 at 69aed07 and 9bd7cf6, and v66/v67's probes: indexed-kernels.md
+# v66/v67 read them). Every step but abbias, v67once and hostab runs main (carry [".whl"];
 # `mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19 packaging` if it is
-# gone). With CHORD_COMMIT=<main's short sha>, one call each, in this order, on an H200 (an H100's
-# mid batch is bytes-bound: it cannot rank k-loop changes, and its grids are in docs/performance.md):
-#   1. install grpgrid (~7.5 min on the H100, Humming's JIT prewarm included): the grouped grid with
-#      grouped v46-v49 and v53 in (docs/performance.md's grouped H200 table is at 7515572, before v47)
-#   2. abbias (~5 min, carry [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`): the
-#      immediate 136 bias against main, ncu ABBA (indexed-kernels.md v62/v63: the last trim left
-#      to rank at mid batch)
-#   3. idxgrid (~2.5 min): the indexed grid (since 7515572: v65, EP8 T=1's 4-deep ring)
-#   4. midprof (~3 min) on the H200: where EP8 T=128 gate_up's ~1540 cycles a stage go when its feed
-#      alone takes ~1180 and its k loop alone 1084 (indexed-kernels.md v60, v63; the H100 run of it
-#      was bytes-bound and could not say)
-#   5. hostab (~2 min, carry [".whl", ".ab/3909673"]; `bash benchmarks/ab_tree.sh 3909673`;
-#      HOST_BASE=3909673): the host path's A/B of be6f133 (the launcher's entry bound once) on the
-#      H200 host, as the eighteenth session ran it on H100 hosts (indexed-kernels.md, "Host overhead")
+# gone). With CHORD_COMMIT=<main's short sha>, one call each, in this order:
+#   1. v67once (~4 min, either GPU; carry [".whl", ".ab/once"]; `bash benchmarks/ab_tree.sh HEAD once
+#      --patch benchmarks/results/sweeps/2026-12-06_h100_v67_evict_first/once.diff`): the grouped
+#      forms take evict-first only where every expert's rows fit one row tile (v67 lost 4-8 % on
+#      the skewed masked T=20 points): its grouped decode GPU tests, memcheck and racecheck on the
+#      grouped decode cases, then do_bench ABBA against main on the skewed and uniform T=1-32 points
+#   2. on an H200: install grpgrid (~5 min): the grouped grid with grouped v46-v49, v53 and v67 in
+#      (docs/performance.md's grouped H200 table is at 7515572, before v47)
+#   3. on an H200: idxgrid (~2.5 min): the indexed grid (since 7515572: v65, v67)
+#   4. on an H200: abbias (~5 min, carry [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`):
+#      the immediate 136 bias against main, ncu ABBA (indexed-kernels.md v62/v63)
+#   5. on an H200: midprof (~3 min): where EP8 T=128 gate_up's ~1540 cycles a stage go when its feed
+#      alone takes ~1180 and its k loop alone 1084 (indexed-kernels.md v60, v63)
+#   6. hostab (~2 min, carry [".whl", ".ab/3909673"]; HOST_BASE=3909673) on the H200 host
+# An H100 ranks v67once as well as an H200 (the loss it fixes is L2 re-reads); the grids and the
+# k-loop steps want the H200 (an H100's mid batch is bytes-bound).
 # The device copy's git names the session's first commit as HEAD: set CHORD_COMMIT from this side.
 # turnschk/abturns are retired: the probe rejected v61's reading (L) (pingpong above both).
 # Reusable steps: probe, feed, feedmid, split, stream (the diagnostics of indexed-kernels.md
@@ -265,6 +267,18 @@ for step in "$@"; do
       AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 AB_ENV_st4="CHORD_W4A16_TUNING=STAGES=4" bash benchmarks/ncu_ab.sh \
         "$D/ab_st4_none" indexed "--scenarios ep8 --tokens 1,2,4 --dists uniform" base=. st4=. > "$D/st4ep8.log" 2>&1
       st st4ep8 $?; tail -12 "$D/st4ep8.log"; cat "$D"/ab_st4_none/table_*.md 2> /dev/null | tail -12 ;;
+    v67once)  # indexed-kernels.md v67's follow-up: the tree .ab/once (main + once.diff, carried) against
+      # main. Its grouped decode GPU tests and the grouped decode sanitizer cases from inside the
+      # tree, then do_bench ABBA (zero flush, the grid's timing) on the skewed and uniform decode points
+      tree_checks once tests/gpu/test_grouped_gpu.py "streamk or stream_k or wide_decode or one_wave or sparse_decode or decode_16 or graph" \
+        grouped:decode grouped:K384
+      for dist in skew uniform; do
+        OUT=$D/once_$dist SWEEP_BUDGET_S=60 timeout 200 bash benchmarks/sweep.sh --family grouped --scenarios ep8,ep16,ep32 \
+          --tokens "$([[ $dist == skew ]] && echo 20,128 || echo 1,8,20,32)" --dists $dist -- main \
+          "once:PYTHONPATH=$PWD/.ab/once/packages/chord-runtime:CHORD_CSRC_DIR=$PWD/.ab/once/csrc" \
+          "once2:PYTHONPATH=$PWD/.ab/once/packages/chord-runtime:CHORD_CSRC_DIR=$PWD/.ab/once/csrc" main2 > "$D/once_$dist.log" 2>&1
+        st "once_$dist" $?; grep -i "sum" "$D/once_$dist/sweep_table.md" 2> /dev/null
+      done ;;
     hostab)  # host overhead a call (benchmarks/host_overhead.py, main's script), the tree .ab/$HOST_BASE
       # (carried; its launcher copied in by install) against main, base main three times, each on one core
       for i in 1 2 3; do
@@ -287,7 +301,7 @@ names = list(runs["main_1"])
 print("entry " + " ".join(runs), *(f"{n} " + " ".join(f"{r.get(n, float('nan')):.2f}" for r in runs.values()) for n in names), sep="\n")
 PY
       ;;
-    *) echo "unknown step $step (hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
+    *) echo "unknown step $step (v67once hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
