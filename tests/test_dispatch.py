@@ -421,6 +421,9 @@ def test_print_configs_reports_each_choice_once(monkeypatch, capsys):
     dispatch.select_indexed(problem)
     err = capsys.readouterr().err
     assert err.count("[chord] IndexedProblem(n=1024, k=2048") == 1 and "indexed_wgmma[WM=2, BN=24, STAGES=8, CWG=4, LOOP=1]" in err
+    assert "evict-first" not in err  # the wgmma tile never loads evict-first
+    dispatch.select_indexed(IndexedProblem(4096, 7168, 48, 8, 8, 64))  # EP8 T=1: the mma stream-K tile
+    assert "weights L2 evict-first at up to 812 tiles" in capsys.readouterr().err
 
 
 def test_profiles_cover_the_heuristic():

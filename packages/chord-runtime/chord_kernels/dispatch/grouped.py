@@ -28,6 +28,7 @@ from .launch import (
     WGMMA_STAGE_K,
     Launch,
     deepest_wgmma_ring,
+    evict_first_note,
     loop_targs,
     resident_ctas,
     streamk_launch,
@@ -656,6 +657,8 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
         why += f"; the 256 x 32 tile loop (under {MID_BATCH_24_MIN_WAVES} waves of 512 x 32 tiles)"
     if chosen.pick:
         why += f"; paired with {chosen.pick[0].spec.describe()} (the device picks)"
+    if evict_first_note(chosen, problem.k):
+        why += "; " + evict_first_note(chosen, problem.k)
     report_choice(problem, chosen.spec, why)
     return chosen
 

@@ -14,6 +14,7 @@ from .launch import (
     MAX_CTAS_PER_SM,
     SMEM_PER_SM,
     Launch,
+    evict_first_note,
     loop_targs,
     mma_launch,
     resident_ctas,
@@ -271,7 +272,7 @@ def resolve_indexed_family(problem: IndexedProblem, family: str = "auto") -> str
 def select_indexed(problem: IndexedProblem, arch: str = DEFAULT_ARCH, family: str = "auto",
                    tuning: str = "") -> Launch:
     launch = pick_indexed(problem, arch, family, tuning)
-    report_choice(problem, launch.spec)
+    report_choice(problem, launch.spec, evict_first_note(launch, problem.k))
     return launch
 
 

@@ -175,6 +175,13 @@ def evict_first_tiles(launch: Launch, k: int) -> int:
     return EVICT_FIRST_MAX_BYTES // mma_tile_weight_bytes(launch, k)
 
 
+def evict_first_note(launch: Launch, k: int) -> str:
+    """CHORD_PRINT_CONFIGS's words for evict_first_tiles (empty where the launch never loads
+    evict-first)."""
+    tiles = evict_first_tiles(launch, k)
+    return f"weights L2 evict-first at up to {tiles} tiles, counted on the device" if tiles else ""
+
+
 def wgmma_weight_rows(wm: int, cwg: int) -> int:
     """Weight rows (output columns) one wgmma CTA covers: ``cwg`` consumer warpgroups x ``wm``
     m64 tiles."""
