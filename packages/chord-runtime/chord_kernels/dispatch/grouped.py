@@ -657,8 +657,9 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
         why += f"; the 256 x 32 tile loop (under {MID_BATCH_24_MIN_WAVES} waves of 512 x 32 tiles)"
     if chosen.pick:
         why += f"; paired with {chosen.pick[0].spec.describe()} (the device picks)"
-    if evict_first_note(chosen, problem.k):
-        why += "; " + evict_first_note(chosen, problem.k)
+    note = evict_first_note(chosen, problem.k)
+    if note:
+        why += "; " + note
     report_choice(problem, chosen.spec, why)
     return chosen
 
