@@ -15,14 +15,19 @@
 #      forms take evict-first only where every expert's rows fit one row tile (v67 lost 4-8 % on
 #      the skewed masked T=20 points): its grouped decode GPU tests, memcheck and racecheck on the
 #      grouped decode cases, then do_bench ABBA against main on the skewed and uniform T=1-32 points
-#   2. on an H200: install grpgrid (~5 min): the grouped grid with grouped v46-v49, v53 and v67 in
+#   2. v67efw (~8 min, either GPU; carry [".whl", ".ab/once", ".ab/efw2"]; `bash benchmarks/ab_tree.sh HEAD
+#      efw2 --patch benchmarks/results/sweeps/2026-12-06_h100_v67_evict_first/efw2.diff`): v67 on the
+#      wgmma tiles' TMA boxes too, under once's rule; its wgmma GPU tests, memcheck and racecheck on
+#      the wgmma cases, do_bench ABBA against once on EP16/EP32 T=20-64 and indexed T=128-2048.
+#      If once wins, land once.diff; if efw2 wins where once does not lose, land efw2.diff (it holds once)
+#   3. on an H200: install grpgrid (~5 min): the grouped grid with grouped v46-v49, v53 and v67 in
 #      (docs/performance.md's grouped H200 table is at 7515572, before v47)
-#   3. on an H200: idxgrid (~2.5 min): the indexed grid (since 7515572: v65, v67)
-#   4. on an H200: abbias (~5 min, carry [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`):
+#   4. on an H200: idxgrid (~2.5 min): the indexed grid (since 7515572: v65, v67)
+#   5. on an H200: abbias (~5 min, carry [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`):
 #      the immediate 136 bias against main, ncu ABBA (indexed-kernels.md v62/v63)
-#   5. on an H200: midprof (~3 min): where EP8 T=128 gate_up's ~1540 cycles a stage go when its feed
+#   6. on an H200: midprof (~3 min): where EP8 T=128 gate_up's ~1540 cycles a stage go when its feed
 #      alone takes ~1180 and its k loop alone 1084 (indexed-kernels.md v60, v63)
-#   6. hostab (~2 min, carry [".whl", ".ab/3909673"]; HOST_BASE=3909673) on the H200 host
+#   7. hostab (~2 min, carry [".whl", ".ab/3909673"]; HOST_BASE=3909673) on the H200 host
 # An H100 ranks v67once as well as an H200 (the loss it fixes is L2 re-reads); the grids and the
 # k-loop steps want the H200 (an H100's mid batch is bytes-bound).
 # The device copy's git names the session's first commit as HEAD: set CHORD_COMMIT from this side.
@@ -71,6 +76,20 @@ streamk_tree_checks() {
   tree_checks "$t" "tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py" \
     "(kimi_shapes_random and (auto or mma_sk)) or streamk or stream_k or wide_decode or one_wave$extra" \
     "${@:-mma_sk}"
+}
+# do_bench ABBA (zero flush, the grid's timing) of two trees (LABEL=TREE, "." for main) on the
+# points (sweep.sh's arguments; --family grouped unless they start with --family), into $D/NAME:
+# ab_sweep NAME "POINTS" A=TREE B=TREE
+ab_sweep() {
+  local name=$1 points=$2 cfg=() i=0 t label path
+  for t in "$3" "$4" "$4" "$3"; do  # A B B2 A2
+    label=${t%%=*}; path=${t#*=}; ((i >= 2)) && label=${label}2; i=$((i + 1))
+    if [[ $path == . ]]; then cfg+=("$label"); else cfg+=("$label:PYTHONPATH=$PWD/$path/packages/chord-runtime:CHORD_CSRC_DIR=$PWD/$path/csrc"); fi
+  done
+  # shellcheck disable=SC2046,SC2086  # POINTS is a list of arguments
+  OUT=$D/$name SWEEP_BUDGET_S=60 timeout 240 bash benchmarks/sweep.sh $([[ $points == --family* ]] || echo --family grouped) \
+    $points -- "${cfg[@]}" > "$D/$name.log" 2>&1
+  st "$name" $?; grep -i "sum" "$D/$name/sweep_table.md" 2> /dev/null | head -20
 }
 # The per-CTA trace of grouped EP8 T=20 gate_up (offsets form), both routings, on the tree
 # .ab/LABEL (cta_trace.sh runs from the checkout's root: the tree by absolute paths, as ncu_ab.sh
@@ -272,13 +291,16 @@ for step in "$@"; do
       # tree, then do_bench ABBA (zero flush, the grid's timing) on the skewed and uniform decode points
       tree_checks once tests/gpu/test_grouped_gpu.py "streamk or stream_k or wide_decode or one_wave or sparse_decode or decode_16 or graph" \
         grouped:decode grouped:K384
-      for dist in skew uniform; do
-        OUT=$D/once_$dist SWEEP_BUDGET_S=60 timeout 200 bash benchmarks/sweep.sh --family grouped --scenarios ep8,ep16,ep32 \
-          --tokens "$([[ $dist == skew ]] && echo 20,128 || echo 1,8,20,32)" --dists $dist -- main \
-          "once:PYTHONPATH=$PWD/.ab/once/packages/chord-runtime:CHORD_CSRC_DIR=$PWD/.ab/once/csrc" \
-          "once2:PYTHONPATH=$PWD/.ab/once/packages/chord-runtime:CHORD_CSRC_DIR=$PWD/.ab/once/csrc" main2 > "$D/once_$dist.log" 2>&1
-        st "once_$dist" $?; grep -i "sum" "$D/once_$dist/sweep_table.md" 2> /dev/null
-      done ;;
+      ab_sweep once_skew "--scenarios ep16,ep32 --tokens 20,32 --dists skew" main=. once=.ab/once
+      ab_sweep once_uniform "--scenarios ep8,ep16,ep32 --tokens 1,8,20 --dists uniform" main=. once=.ab/once ;;
+    v67efw)  # v67 on the wgmma tiles too, with once's rule (.ab/efw2: main + efw2.diff, carried): its
+      # wgmma GPU tests of both families and the wgmma sanitizer cases from inside the tree, then
+      # do_bench ABBA against once (.ab/once, carried) on the mid-batch points it reaches (EP16/EP32
+      # grouped, whose weights fit the bound) and the indexed wgmma points at the bound's edge
+      tree_checks efw2 "tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py" "wgmma or tile_loop or mid_batch" \
+        wgmma wgmma_sk grouped:wgmma grouped:24
+      ab_sweep efw_grouped "--scenarios ep16,ep32 --tokens 20,32,64 --dists uniform" once=.ab/once efw2=.ab/efw2
+      ab_sweep efw_indexed "--family indexed --scenarios ep8,tp8 --tokens 128,512,2048 --dists uniform" once=.ab/once efw2=.ab/efw2 ;;
     hostab)  # host overhead a call (benchmarks/host_overhead.py, main's script), the tree .ab/$HOST_BASE
       # (carried; its launcher copied in by install) against main, base main three times, each on one core
       for i in 1 2 3; do
@@ -301,7 +323,7 @@ names = list(runs["main_1"])
 print("entry " + " ".join(runs), *(f"{n} " + " ".join(f"{r.get(n, float('nan')):.2f}" for r in runs.values()) for n in names), sep="\n")
 PY
       ;;
-    *) echo "unknown step $step (v67once hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
+    *) echo "unknown step $step (v67once v67efw hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
