@@ -156,7 +156,9 @@ def streamk_launch(family: str, header: str, body: str, template_args: tuple, nt
 # -10 %, TP8 T=20 and T=128 down -2 to -7 %); the calls of 500-800 MB lost 1-2 % (EP8 T=8/20 and
 # TP8 T=128 gate_up). So the policy holds up to EVICT_FIRST_MAX_BYTES of a call's tiles, which the
 # kernel counts from the routed rows on the device (row tiles x column tiles): the host's bound on
-# the rows cannot tell an EP rank's few local routes from many.
+# the rows cannot tell an EP rank's few local routes from many. Known loss: where an expert's rows
+# span several row tiles (skewed masked calls, EP32/EP16 T=20), the later tiles' weight reads miss
+# L2, +4-8 % on those projections; the prepared fix is in v67's folder (once.diff).
 EVICT_FIRST_MAX_BYTES = 400 * 2**20
 EVICT_FIRST_FAMILIES = ("indexed_mma_sk", "grouped_mma_sk")
 EVICT_FIRST_NEVER_ROUTING = 1  # the DeepGEMM form (kContiguousRows): prefill, no register to spare (kEvictFirstWeights)
