@@ -5,31 +5,26 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the nineteenth session, 2026-12-06: every device lent was an H100 again; it ran
-# grpgrid and idxgrid on the H100 at 69aed07 and 9bd7cf6, and v66/v67's probes: indexed-kernels.md
-# v66/v67 read them). Every step but abbias, v67once and hostab runs main (carry [".whl"];
-# `mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19 packaging` if it is
-# gone). With CHORD_COMMIT=<main's short sha>, one call each, in this order:
-#   1. v67once (~4 min, either GPU; carry [".whl", ".ab/once"]; `bash benchmarks/ab_tree.sh HEAD once
-#      --patch benchmarks/results/sweeps/2026-12-06_h100_v67_evict_first/once.diff`): the grouped
-#      forms take evict-first only where every expert's rows fit one row tile (v67 lost 4-8 % on
-#      the skewed masked T=20 points): its grouped decode GPU tests, memcheck and racecheck on the
-#      grouped decode cases, then do_bench ABBA against main on the skewed and uniform T=1-32 points
-#   2. v67efw (~8 min, either GPU; carry [".whl", ".ab/once", ".ab/efw2"]; `bash benchmarks/ab_tree.sh HEAD
-#      efw2 --patch benchmarks/results/sweeps/2026-12-06_h100_v67_evict_first/efw2.diff`): v67 on the
-#      wgmma tiles' TMA boxes too, under once's rule; its wgmma GPU tests, memcheck and racecheck on
-#      the wgmma cases, do_bench ABBA against once on EP16/EP32 T=20-64 and indexed T=128-2048.
-#      If once wins, land once.diff; if efw2 wins where once does not lose, land efw2.diff (it holds once)
-#   3. on an H200: install grpgrid (~5 min): the grouped grid with grouped v46-v49, v53 and v67 in
+# Pending (after the twentieth session, 2026-12-06: every device lent was an H100 again; it ran
+# v67once, v67efw and v68last, all three rejected (grouped-kernels.md v56), then main's whole GPU
+# suite and every sanitizer case at f004ebc, clean). Every step but abbias and hostab runs main
+# (carry [".whl"]; `mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19
+# packaging` if it is gone). With CHORD_COMMIT=<main's short sha>, one call each, in this order:
+#   1. on an H200: install grpgrid (~5 min): the grouped grid with grouped v46-v49, v53 and v55 in
 #      (docs/performance.md's grouped H200 table is at 7515572, before v47)
-#   4. on an H200: idxgrid (~2.5 min): the indexed grid (since 7515572: v65, v67)
-#   5. on an H200: abbias (~5 min, carry [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`):
+#   2. on an H200: idxgrid (~2.5 min): the indexed grid (since 7515572: v65, v67)
+#   3. on an H200: abbias (~5 min, carry [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`):
 #      the immediate 136 bias against main, ncu ABBA (indexed-kernels.md v62/v63)
-#   6. on an H200: midprof (~3 min): where EP8 T=128 gate_up's ~1540 cycles a stage go when its feed
+#   4. on an H200: midprof (~3 min): where EP8 T=128 gate_up's ~1540 cycles a stage go when its feed
 #      alone takes ~1180 and its k loop alone 1084 (indexed-kernels.md v60, v63)
-#   7. hostab (~2 min, carry [".whl", ".ab/3909673"]; HOST_BASE=3909673) on the H200 host
-# An H100 ranks v67once as well as an H200 (the loss it fixes is L2 re-reads); the grids and the
-# k-loop steps want the H200 (an H100's mid batch is bytes-bound).
+#   5. hostab (~2 min, carry [".whl", ".ab/3909673"]; HOST_BASE=3909673) on the H200 host
+# To spend an H100 call only where an H200 came: start the command with
+#   nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || exit 0
+# (it cost ~30 s of device time on an H100 this session).
+# The steps v67once, v67efw and v68last stay below for their trees (.ab/once: main + once.diff;
+# .ab/efw2: `ab_tree.sh 2a92966 efw2 --patch .../efw2.diff`, which no longer applies to main's
+# launch.py comment; .ab/last: main + ../2026-12-06_h100_v68_last_tile/last.diff).
+# The grids and the k-loop steps want the H200 (an H100's mid batch is bytes-bound).
 # The device copy's git names the session's first commit as HEAD: set CHORD_COMMIT from this side.
 # turnschk/abturns are retired: the probe rejected v61's reading (L) (pingpong above both).
 # Reusable steps: probe, feed, feedmid, split, stream (the diagnostics of indexed-kernels.md
@@ -293,6 +288,15 @@ for step in "$@"; do
         grouped:decode grouped:K384
       ab_sweep once_skew "--scenarios ep16,ep32 --tokens 20,32 --dists skew" main=. once=.ab/once
       ab_sweep once_uniform "--scenarios ep8,ep16,ep32 --tokens 1,8,20 --dists uniform" main=. once=.ab/once ;;
+    v68last)  # grouped-kernels.md v56: the tree .ab/last (main + last.diff, carried): an expert's weights
+      # go evict-first on its last row tile only. Its grouped decode GPU tests and sanitizer cases,
+      # then do_bench ABBA against main on the skewed and uniform decode points, and indexed T=1/8
+      # (the shared loader's registers)
+      tree_checks last tests/gpu/test_grouped_gpu.py "streamk or stream_k or wide_decode or one_wave or sparse_decode or decode_16 or graph" \
+        grouped:decode grouped:K384
+      ab_sweep last_skew "--scenarios ep16,ep32 --tokens 20,32 --dists skew" main=. last=.ab/last
+      ab_sweep last_uniform "--scenarios ep8,ep16,ep32 --tokens 1,8,20 --dists uniform" main=. last=.ab/last
+      ab_sweep last_indexed "--family indexed --scenarios ep8,tp8 --tokens 1,8 --dists uniform" main=. last=.ab/last ;;
     v67efw)  # v67 on the wgmma tiles too, with once's rule (.ab/efw2: main + efw2.diff, carried): its
       # wgmma GPU tests of both families and the wgmma sanitizer cases from inside the tree, then
       # do_bench ABBA against once (.ab/once, carried) on the mid-batch points it reaches (EP16/EP32
