@@ -7,9 +7,14 @@
 #
 # Pending (after the twentieth session, 2026-12-06: every device lent was an H100 again; it ran
 # v67once, v67efw and v68last, all three rejected (grouped-kernels.md v56), then main's whole GPU
-# suite and every sanitizer case at f004ebc, clean). Every step but abbias and hostab runs main
-# (carry [".whl"]; `mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19
+# suite and every sanitizer case at f004ebc, clean). Every step but gv57, abbias and hostab runs
+# main (carry [".whl"]; `mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19
 # packaging` if it is gone). With CHORD_COMMIT=<main's short sha>, one call each, in this order:
+#   0. gv57 (~5 min, either GPU: the H100 grid holds the point it is for at 0.90x; carry [".whl",
+#      ".ab/gv57"]; `bash benchmarks/ab_tree.sh HEAD gv57 --patch
+#      benchmarks/results/sweeps/2026-12-06_gv57_decode_pair/gv57.diff`): the masked decode pair's
+#      checks and A/B (grouped-kernels.md v57). Land it if masked EP16 skew T=20 gains and EP8 T=32
+#      / EP32 T=8 lose under 2 % (then the grids below run with it)
 #   1. on an H200: install grpgrid (~5 min): the grouped grid with grouped v46-v49, v53 and v55 in
 #      (docs/performance.md's grouped H200 table is at 7515572, before v47)
 #   2. on an H200: idxgrid (~2.5 min): the indexed grid (since 7515572: v65, v67)
@@ -288,6 +293,16 @@ for step in "$@"; do
         grouped:decode grouped:K384
       ab_sweep once_skew "--scenarios ep16,ep32 --tokens 20,32 --dists skew" main=. once=.ab/once
       ab_sweep once_uniform "--scenarios ep8,ep16,ep32 --tokens 1,8,20 --dists uniform" main=. once=.ab/once ;;
+    gv57)  # grouped-kernels.md v57: the tree .ab/gv57 (main + gv57.diff, carried): the masked form hinted
+      # 6 rows launches the 8- and 16-row decode tiles as a pair, the device runs one. Its grouped
+      # GPU tests of the pairs and the decode tiles, memcheck and racecheck on the pairs' cases, then
+      # do_bench ABBA against main: the three grid points it changes (masked EP16 skew T=20, EP8
+      # T=32, EP32 T=8; the offsets form beside each is unchanged), then unchanged controls
+      tree_checks gv57 tests/gpu/test_grouped_gpu.py "pair or decode_16 or streamk or stream_k or wide_decode or one_wave or sparse_decode or graph" \
+        "grouped:pair" "grouped:16-row"
+      ab_sweep gv57_skew "--scenarios ep16 --tokens 20 --dists skew" main=. gv57=.ab/gv57
+      ab_sweep gv57_uniform "--scenarios ep8,ep32 --tokens 8,32 --dists uniform" main=. gv57=.ab/gv57
+      ab_sweep gv57_controls "--scenarios ep8,ep16 --tokens 1,20 --dists uniform" main=. gv57=.ab/gv57 ;;
     v68last)  # grouped-kernels.md v56: the tree .ab/last (main + last.diff, carried): an expert's weights
       # go evict-first on its last row tile only. Its grouped decode GPU tests and sanitizer cases,
       # then do_bench ABBA against main on the skewed and uniform decode points, and indexed T=1/8
@@ -327,7 +342,7 @@ names = list(runs["main_1"])
 print("entry " + " ".join(runs), *(f"{n} " + " ".join(f"{r.get(n, float('nan')):.2f}" for r in runs.values()) for n in names), sep="\n")
 PY
       ;;
-    *) echo "unknown step $step (v67once v67efw hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
+    *) echo "unknown step $step (gv57 v67once v67efw v68last hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
