@@ -12,9 +12,10 @@
 # packaging` if it is gone). With CHORD_COMMIT=<main's short sha>, one call each, in this order:
 #   0. gv57 (~5 min, either GPU: the H100 grid holds the point it is for at 0.90x; carry [".whl",
 #      ".ab/gv57"]; `bash benchmarks/ab_tree.sh HEAD gv57 --patch
-#      benchmarks/results/sweeps/2026-12-06_gv57_decode_pair/gv57.diff`): the masked decode pair's
-#      checks and A/B (grouped-kernels.md v57). Land it if masked EP16 skew T=20 gains and EP8 T=32
-#      / EP32 T=8 lose under 2 % (then the grids below run with it)
+#      benchmarks/results/sweeps/2026-12-06_gv57_decode_pair/gv57.diff`): the masked pairs' checks
+#      and A/B (grouped-kernels.md v57). Land each pair on its own points: the decode pair if masked
+#      EP16 skew T=20 gains and EP8 T=32 / EP32 T=8 lose under 2 %, the narrow pair if masked EP32
+#      skew T=20 gains (then the grids below run with it)
 #   1. on an H200: install grpgrid (~5 min): the grouped grid with grouped v46-v49, v53 and v55 in
 #      (docs/performance.md's grouped H200 table is at 7515572, before v47)
 #   2. on an H200: idxgrid (~2.5 min): the indexed grid (since 7515572: v65, v67)
@@ -294,13 +295,14 @@ for step in "$@"; do
       ab_sweep once_skew "--scenarios ep16,ep32 --tokens 20,32 --dists skew" main=. once=.ab/once
       ab_sweep once_uniform "--scenarios ep8,ep16,ep32 --tokens 1,8,20 --dists uniform" main=. once=.ab/once ;;
     gv57)  # grouped-kernels.md v57: the tree .ab/gv57 (main + gv57.diff, carried): the masked form hinted
-      # 6 rows launches the 8- and 16-row decode tiles as a pair, the device runs one. Its grouped
-      # GPU tests of the pairs and the decode tiles, memcheck and racecheck on the pairs' cases, then
-      # do_bench ABBA against main: the three grid points it changes (masked EP16 skew T=20, EP8
-      # T=32, EP32 T=8; the offsets form beside each is unchanged), then unchanged controls
-      tree_checks gv57 tests/gpu/test_grouped_gpu.py "pair or decode_16 or streamk or stream_k or wide_decode or one_wave or sparse_decode or graph" \
+      # one row under a taller tile launches both as a pair (6 rows: the 8- and 16-row decode tiles;
+      # 10 on few experts: the 16-row tile and the 256 x 24 tile loop), the device runs one. Its
+      # grouped GPU tests of the pairs and the decode tiles, memcheck and racecheck on the pairs'
+      # cases, then do_bench ABBA against main: the four grid points it changes (masked EP16 and
+      # EP32 skew T=20, EP8 T=32, EP32 T=8; the offsets form beside each is unchanged), then controls
+      tree_checks gv57 tests/gpu/test_grouped_gpu.py "pair or decode_16 or narrow or streamk or stream_k or wide_decode or one_wave or sparse_decode or graph" \
         "grouped:pair" "grouped:16-row"
-      ab_sweep gv57_skew "--scenarios ep16 --tokens 20 --dists skew" main=. gv57=.ab/gv57
+      ab_sweep gv57_skew "--scenarios ep16,ep32 --tokens 20 --dists skew" main=. gv57=.ab/gv57
       ab_sweep gv57_uniform "--scenarios ep8,ep32 --tokens 8,32 --dists uniform" main=. gv57=.ab/gv57
       ab_sweep gv57_controls "--scenarios ep8,ep16 --tokens 1,20 --dists uniform" main=. gv57=.ab/gv57 ;;
     v68last)  # grouped-kernels.md v56: the tree .ab/last (main + last.diff, carried): an expert's weights
