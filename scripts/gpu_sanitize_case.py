@@ -169,6 +169,12 @@ grouped_case("grouped 4-deep decode ring", 4096, 1024, [1, 0, 2, 0, 3, 9] + [0] 
 # experts, N 4096 on K 1024 (~770 tiles of 4 stages over the resident CTAs: split tiles), an empty
 # expert, one of 3 rows and two of 12 and 17 (two tiles).
 grouped_case("grouped 16-row decode", 4096, 1024, [7] * 20 + [0, 3, 12, 17], 768, 7, 32, 7)
+# The masked form's narrow pair (dispatch.pair_narrow_mid_batch; grouped v57): hinted 10 rows on
+# 12 experts, K 4096, the 16-row mma tile first and the 256 x 24 tile loop second. On 11 experts
+# of 10 rows and an empty one (11 tiles of 16 rows against 11 of 24: 110 < 121) the mma tile
+# runs; on experts of 0, 5, 20 and 24 rows beside eight of 10 (13 against 11: 130 > 121) the loop.
+grouped_case("grouped narrow pair, mma runs", 4096, 4096, [10] * 11 + [0], 384, 10, 32, 10)
+grouped_case("grouped narrow pair, loop runs", 4096, 4096, [10] * 8 + [0, 5, 20, 24], 384, 10, 32, 10)
 
 if "grouped" not in ONLY and set(GROUPED_MATCH) - GROUPED_RAN:
     sys.exit(f"gpu_sanitize_case.py: no grouped case label holds {sorted(set(GROUPED_MATCH) - GROUPED_RAN)}")

@@ -951,6 +951,54 @@ def test_grouped_decode_16_row_tile_from_7_rows():
         assert dispatch.grouped_decode_16(routing, block_k).spec.symbol in symbols
 
 
+def test_masked_narrow_pair_one_row_under_the_24_row_tiles():
+    """The masked form hinted one row under the 24-row tiles (mid_batch_block_m) on few experts and
+    K of NARROW_MID_BATCH_MIN_K+ launches the 16-row mma tile first, paired with the 256 x 24 tile
+    loop that the hint one higher takes (pair_narrow_mid_batch, grouped-kernels.md v57): EP32
+    gate_up at 10 rows. Not where the hint one higher takes the 4-warpgroup 512 x 24 tile (it does
+    not read the pick), not on short K or the other forms; both kernels read the pick."""
+    def pick(routing, experts, rows, n=4096, k=7168):
+        return dispatch.select_grouped(GroupedProblem(routing, n, k, experts, rows, 128 if routing == "masked" else 64))
+
+    assert dispatch.mid_batch_block_m(10) == 16 and dispatch.mid_batch_block_m(11) == dispatch.NARROW_MID_BATCH_ROWS
+    launch = pick("masked", 12, 10)
+    other, cost, other_cost = launch.pick
+    assert (cost, other_cost) == dispatch.NARROW_PAIR_COST
+    assert other == dispatch.grouped_narrow_mid_batch("masked", 4096, 128) == pick("masked", 12, 11)
+    assert launch.spec.family == "grouped_mma_sk" and launch.rows_per_cta == 16
+    assert launch.spec.config["TT"] == 2 and launch.spec.config["STAGES"] <= 3  # MmaStreamK::kReadsPick
+    assert other.tile_loop and other.spec.config["CWG"] == 2  # WgmmaTiles::kPairable
+    assert pick("masked", 12, 9).pick is None and pick("masked", 12, 11).pick is None
+    assert pick("masked", 24, 10).pick is None  # 11 rows on 24 experts: the 512 x 24 tile
+    assert pick("masked", 12, 10, 7168, 2048).pick is None  # down: short of NARROW_MID_BATCH_MIN_K
+    assert pick("contiguous_offsets", 12, 10).pick is None and pick("contiguous", 12, 10).pick is None
+    symbols = {launch.spec.symbol for launch in dispatch.grouped_reachable_launches()}
+    assert {launch.spec.symbol, other.spec.symbol} <= symbols
+
+
+def test_narrow_pair_reads_the_pick_only_in_its_mma_tiles():
+    """MmaStreamK::kReadsPick, the mma kernels that count the pair's tiles, is the masked form's rows
+    (GroupedRowTiles kPairedMma) at TT 2 and STAGES 3 or less: the 16-row tiles
+    pair_narrow_mid_batch pairs and no other (the count costs ~300 instructions a kernel); no
+    other pair leads with an mma tile."""
+    import re
+
+    from chord_kernels.jit.paths import csrc_dir
+
+    streamk = (csrc_dir() / "common" / "w4a16_mma_streamk.cuh").read_text()
+    assert re.search(r"kReadsPick = Rows::kPairedMma && TT == 2 && STAGES <= 3;", streamk)
+    grouped = (csrc_dir() / "grouped" / "w4a16_grouped_mma.cuh").read_text()
+    assert re.search(r"kPairedMma = ROUTING == kMasked;", grouped)
+    assert dispatch.NARROW_PAIR_FORMS == ("masked",)
+    for routing, experts, rows, (n, k) in itertools.product(
+            ("masked", "contiguous_offsets", "contiguous"), (12, 24, 48, 96), range(1, 40),
+            ((4096, 7168), (7168, 2048), (7168, 256), (512, 7168))):
+        launch = dispatch.select_grouped(GroupedProblem(routing, n, k, experts, rows, 128 if routing == "masked" else 64))
+        if launch.pick and launch.spec.family == "grouped_mma_sk":
+            assert routing == "masked" and launch.rows_per_cta == 16, (routing, experts, rows, n, k)
+            assert launch.spec.config["TT"] == 2 and launch.spec.config["STAGES"] <= 3
+
+
 def test_wide_decode_whole_fill_mirrors_the_device_rule():
     """dispatch.MMA_WHOLE_FILL is the fill from which the mma tile's stream-K schedule runs one
     wave of whole tiles (csrc/common/streamk_schedule.cuh kMmaWholeTiles): widen_decode takes the

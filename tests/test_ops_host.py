@@ -531,3 +531,29 @@ def test_loaded_kernel_launch_passes_its_handles_and_shape_to_the_extension(monk
         lambda *args: calls.append(("bound", *args)))}))
     kernel.launch((1, 1, 1), (64, 1, 1), 0, 5, b"p")
     assert calls[-1] == ("bound", 11, 12, 1, 1, 1, 64, 1, 1, 0, 5, b"p") and jit_launch._launch is not None
+
+
+@pytest.mark.parametrize("hint,e,n,k,heights,costs", [
+    (10, 2, 2048, 4096, (16, dispatch.NARROW_MID_BATCH_ROWS), dispatch.NARROW_PAIR_COST)])
+def test_masked_mma_pairs_launch_both(grouped_stub, hint, e, n, k, heights, costs):
+    """The masked form's pair led by an mma tile (dispatch.pair_narrow_mid_batch: the 16-row tile
+    and the 256 x 24 tile loop) launches both on one stream with mirrored picks, like the tile
+    loops' pair. The mma tile has no tensor maps: its parameters are the plain MoeParams; the
+    tile loop's end with its maps all the same."""
+    packed, a, out = _grouped_problem("masked", e=e, n=n, k=k, rows=e * hint)
+    ops._grouped_cuda("masked", a, packed, torch.tensor([hint] * e, dtype=torch.int32), out, hint)
+    launch = dispatch.select_grouped(grouped_stub["select"][0])
+    other, cost, other_cost = launch.pick
+    assert (launch.rows_per_cta, other.rows_per_cta) == heights and (cost, other_cost) == costs
+    assert len(grouped_stub["launches"]) == 2 and grouped_stub["loaded"] == [launch.spec, other.spec]
+    raws = [raw for *_, raw in grouped_stub["launches"]]
+    assert len(raws[0]) == ops.MOE_PARAMS.size  # no maps after the mma tile's parameters
+    assert len(raws[1]) == (576 if other.tensor_maps else ops.MOE_PARAMS.size)  # the weight's and a's maps
+    first, second = (ops.MOE_PARAMS.unpack(raw[:ops.MOE_PARAMS.size]) for raw in raws)
+    assert first[:12] == second[:12]
+    picks = [dict(zip(ops._INTS, f[12:-2], strict=True)) for f in (first, second)]
+    assert [(p["pick_rows"], p["pick_cost"], p["pick_other_cost"], p["pick_first"]) for p in picks] == [
+        (heights[1], cost, other_cost, 1), (heights[0], other_cost, cost, 0)]
+    for (grid, block, smem, stream, _), lau in zip(grouped_stub["launches"], (launch, other), strict=True):
+        assert block == (lau.spec.threads, 1, 1) and smem == lau.smem_bytes and stream == 77
+        assert grid == (3 * lau.spec.min_blocks_per_sm, 1, 1)  # the resident CTAs (3 SMs here)

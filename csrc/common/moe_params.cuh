@@ -58,8 +58,9 @@ struct MoeParams {
   int32_t ctas_per_block;  // indexed: CTAs per routing block; masked: CTAs per expert
   int32_t sorted_len;      // indexed: entries of sorted_ids that may be read
   int32_t max_m;           // masked: rows reserved per expert
-  // A pair of tile loops launched back to back, of which one runs (the grouped offsets form's
-  // 240-row tile and its short tile: chord_kernels.dispatch.pair_with_tall_tile). Each counts the
+  // A pair of kernels launched back to back, of which one runs (the grouped offsets form's
+  // 240-row tile and its short tile: chord_kernels.dispatch.pair_with_tall_tile; the masked form's
+  // 16-row mma tile and the 256 x 24 tile loop: pair_narrow_mid_batch). Each counts the
   // call's row tiles in its own height and in the other's and runs only if its own cost less
   // (picked). pick_rows = 0: no pair, always run.
   int32_t pick_rows;        // the other kernel's tile rows

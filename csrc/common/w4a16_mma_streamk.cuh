@@ -34,6 +34,13 @@ struct MmaStreamK {
   // from 144 to 130 registers and ran 2-4 % slower at EP8 T=8-20, ncu on the H200).
   static constexpr bool kChunkPerCopy = STAGES == 2;
 
+  // Whether the kernel reads MoeParams::pick_rows: the masked form's 16-row tile, which the narrow
+  // pair launches before the 256 x 24 tile loop (chord_kernels.dispatch.pair_narrow_mid_batch), and
+  // no other, since the count costs every kernel that carries it ~300 instructions. (The 8-row
+  // tile paired with the 16-row one lost more where it ran than it won where the other did:
+  // grouped-kernels.md v57.)
+  static constexpr bool kReadsPick = Rows::kPairedMma && TT == 2 && STAGES <= 3;
+
   using Walk = StreamKWalk<STAGES>;
   using Fixup = StreamKFixup<kThreads, kAcc>;
 
@@ -56,6 +63,12 @@ struct MmaStreamK {
     // as one contiguous run (2 x 256 B at 8 rows and 256 columns).
     const int tid = threadIdx.x, my_row = tid / kThreadsPerRow, my_chunk = tid % kThreadsPerRow;
     const int row_tiles = Rows::count(p), col_tiles = (p.n + kRows - 1) / kRows;
+    // The other kernel of a pair runs this call (MoeParams::pick_rows: the grouped masked form's
+    // 16-row tile and the 256 x 24 tile loop, grouped-kernels.md v57). Uniform over the grid: every
+    // thread counts the same row tiles.
+    if constexpr (kReadsPick) {
+      if (!Rows::picked(p, row_tiles)) return;
+    }
     const StreamKWork w(row_tiles, col_tiles, p.k / STAGE_K, p.k, kMmaWholeTiles);
     const int iterations = w.iterations();
 #ifdef CHORD_CTA_TRACE

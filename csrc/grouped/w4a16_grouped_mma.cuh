@@ -151,6 +151,9 @@ struct GroupedRowTiles {
     // DeepGEMM form: its 128-row aligned segments are prefill, and its NT 4 ring at 3 CTAs an SM
     // has no register to spare for the second copy of the loads.
     static constexpr bool kEvictFirstWeights = ROUTING != kContiguousRows;
+    // The mma stream-K tile reads MoeParams::pick_rows (the masked form's narrow pair,
+    // dispatch.pair_narrow_mid_batch); no other form's mma tile is ever paired.
+    static constexpr bool kPairedMma = ROUTING == kMasked;
     __device__ static int count(const MoeParams& p) {
       if (ROUTING == kContiguousRows) return (p.num_routes + kTok - 1) / kTok;
       return count_tiles_in_warp<ROUTING>(p, kTok);

@@ -144,40 +144,29 @@ def _launch_one_of_pair(bufs, plan, second):
     kernel.launch(grid, block, launch.smem_bytes, ops._current_stream(device_index), params)
 
 
-@pytest.mark.parametrize("routing_name", ["contiguous_offsets", "masked"])
-@pytest.mark.parametrize("shape", ["ep32_down", "ep8_gate_up"])
-def test_tall_tile_pair_runs_exactly_one(shape, routing_name, tile_family, monkeypatch):
-    """683 expected rows an expert (EP16 T=2048's count) on the offsets and masked forms launch the 240-row
-    tile and the 256 x 128 tile as a pair (dispatch.Launch.pick, grouped-kernels.md v27): on each
-    call the device runs the one whose row tiles cost less on the actual counts (row_tile_cost).
-    Uniform 683 rows (the tall tile runs), 250 rows (two tall tiles pad 230: the short tile runs)
-    and skewed counts with an empty expert: the reference through graph replays with the counts
-    changed; each kernel launched alone writes the output iff it is the picked one, and leaves
-    the locks zero either way."""
-    from chord_kernels import dispatch, ops
+def _check_pair_runs_exactly_one(bufs, graph, plan, count_draws, what):
+    """A grouped pair (dispatch.Launch.pick) on each of ``count_draws``: the reference through graph
+    replays with the counts changed; each kernel launched alone writes the output iff it is the
+    picked one (its row tiles cost less on the actual counts; the first wins ties), and leaves the
+    locks zero either way. Returns whether the first kernel ran, per draw."""
+    from chord_kernels import ops
 
-    if tile_family != "auto":
-        pytest.skip("the pair is the dispatch's own choice")
-    monkeypatch.setattr(ops, "_grouped_plans", {})
-    bufs = FormBuffers(routing_name, SHAPES[shape], 1536, 683, seed=41)
-    graph = bufs.capture()
-    plan = next(iter(ops._grouped_plans.values()))
     launch = plan[1]
     other, cost, other_cost = launch.pick
-    assert launch.rows_per_cta == dispatch.TALL_TILE_ROWS and other.rows_per_cta == 128 and plan[-1][0] == other
-    locks = ops._streamk_buffers[torch.cuda.current_device()][-1][1]
-    uniform = torch.full((bufs.e,), 683, dtype=torch.int64)
-    short = torch.full((bufs.e,), 250, dtype=torch.int64)
-    skewed = counts_for(bufs.e, 683 * bufs.e, skew=True, seed=42).clamp_max(bufs.seg)
-    skewed[0] = 0  # an empty expert
+    assert plan[-1][0] == other
+    kept = ops._streamk_buffers[torch.cuda.current_device()]
+
+    def locks_left():  # every scratch buffer kept: the two launches' may differ
+        return any(locks.any() for _, locks in kept)
+
     ran = []
-    for counts in (uniform, short, skewed):
+    for counts in count_draws:
         tiles = [int((-(-counts // rows)).sum()) for rows in (launch.rows_per_cta, other.rows_per_cta)]
         first_runs = tiles[0] * cost <= tiles[1] * other_cost  # the first wins ties (pick_first)
         ran.append(first_runs)
         valid, experts = bufs.set_counts(counts)
-        bufs.check_runs(graph, valid, experts, "the picked tile loop's sums")
-        assert not locks.any(), "the pair left a lock or the claim counters non-zero"
+        bufs.check_runs(graph, valid, experts, what)
+        assert not locks_left(), "the pair left a lock or the claim counters non-zero"
         for second in (False, True):
             bufs.out.fill_(POISON)
             _launch_one_of_pair(bufs, plan, second)
@@ -186,8 +175,48 @@ def test_tall_tile_pair_runs_exactly_one(shape, routing_name, tile_family, monke
                 check(bufs.out[valid], ref_rows(bufs.a, bufs.codes, bufs.scale, valid, experts))
             else:
                 assert torch.isnan(bufs.out.float()).all(), "the unpicked kernel of the pair wrote the output"
-            assert not locks.any(), "a kernel of the pair left a lock or the claim counters non-zero"
-    assert ran[:2] == [True, False]
+            assert not locks_left(), "a kernel of the pair left a lock or the claim counters non-zero"
+    return ran
+
+
+@pytest.mark.parametrize("routing_name", ["contiguous_offsets", "masked"])
+@pytest.mark.parametrize("shape", ["ep32_down", "ep8_gate_up"])
+def test_tall_tile_pair_runs_exactly_one(shape, routing_name, tile_family, monkeypatch):
+    """683 expected rows an expert (EP16 T=2048's count) on the offsets and masked forms launch the 240-row
+    tile and the 256 x 128 tile as a pair (dispatch.Launch.pick, grouped-kernels.md v27): on each
+    call the device runs the one whose row tiles cost less on the actual counts (row_tile_cost).
+    Uniform 683 rows (the tall tile runs), 250 rows (two tall tiles pad 230: the short tile runs)
+    and skewed counts with an empty expert (_check_pair_runs_exactly_one)."""
+    from chord_kernels import dispatch, ops
+
+    bufs, graph, launch = capture_dispatch_choice(tile_family, monkeypatch, "the pair", routing_name, SHAPES[shape],
+                                                  1536, 683, seed=41)
+    plan = next(iter(ops._grouped_plans.values()))
+    assert launch.rows_per_cta == dispatch.TALL_TILE_ROWS and launch.pick[0].rows_per_cta == 128
+    skewed = counts_for(bufs.e, 683 * bufs.e, skew=True, seed=42).clamp_max(bufs.seg)
+    skewed[0] = 0  # an empty expert
+    draws = (torch.full((bufs.e,), 683, dtype=torch.int64), torch.full((bufs.e,), 250, dtype=torch.int64), skewed)
+    assert _check_pair_runs_exactly_one(bufs, graph, plan, draws, "the picked tile loop's sums")[:2] == [True, False]
+
+
+@pytest.mark.parametrize("shape,hint", [(EP32_GATE_UP, 10)])
+def test_masked_mma_pair_runs_exactly_one(shape, hint, tile_family, monkeypatch):
+    """The masked form hinted one row under the 24-row tiles on EP32 gate_up launches its 16-row
+    mma tile and the 256 x 24 tile loop as a pair (dispatch.pair_narrow_mid_batch,
+    grouped-kernels.md v57). Every expert within one short tile (the mma tile runs), every expert
+    over one (the loop runs), and skewed counts with an empty expert (_check_pair_runs_exactly_one)."""
+    from chord_kernels import ops
+
+    bufs, graph, launch = capture_dispatch_choice(tile_family, monkeypatch, "the pair", "masked", shape, 64, hint,
+                                                  seed=43)
+    plan = next(iter(ops._grouped_plans.values()))
+    short, tall = launch.rows_per_cta, launch.pick[0].rows_per_cta
+    assert launch.spec.family == "grouped_mma_sk" and (short, tall) == (16, 24)
+    skewed = counts_for(bufs.e, hint * bufs.e, skew=True, seed=44).clamp_max(bufs.seg)
+    skewed[0] = 0  # an empty expert
+    draws = (torch.full((bufs.e,), short - 3, dtype=torch.int64), torch.full((bufs.e,), tall - 2, dtype=torch.int64),
+             skewed)
+    assert _check_pair_runs_exactly_one(bufs, graph, plan, draws, "the picked kernel's sums")[:2] == [True, False]
 
 
 @pytest.mark.parametrize("total", [37, 4000])

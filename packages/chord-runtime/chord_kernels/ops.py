@@ -341,7 +341,7 @@ def _grouped_plan(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
     """Every check and decision that depends only on the call's signature, done once per
     signature (the dict in :func:`_grouped_cuda` memoizes it): the entry point's checks, the
     operand checks, devices, the problem, the kernel choice and its loaded function, the grid
-    and MoeParams' int fields; for a pair of tile loops (dispatch.Launch.pick) the same for the
+    and MoeParams' int fields; for a pair of kernels (dispatch.Launch.pick) the same for the
     second launch, each with the other's height and costs."""
     _grouped_checks(routing_name, a, packed, route)
     e, n, k = packed.num_experts, packed.n, packed.k
@@ -384,7 +384,7 @@ def _grouped_plan(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
         return kernel, grid, _PARAMS_TAIL.pack(lda, out.stride(0), *(ints.get(name, 0) for name in _INTS), *scratch)
 
     paired = None
-    if launch.pick:  # two tile loops back to back, of which the device runs one (dispatch.Launch.pick)
+    if launch.pick:  # two kernels back to back, of which the device runs one (dispatch.Launch.pick)
         other, cost, other_cost = launch.pick
         kernel, grid, tail = prepare(launch, dict(pick_rows=other.rows_per_cta, pick_cost=cost,
                                                   pick_other_cost=other_cost, pick_first=1))
@@ -392,9 +392,10 @@ def _grouped_plan(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
                                               pick_other_cost=cost, pick_first=0)))
     else:
         kernel, grid, tail = prepare(launch, {})
-    # Launches with tensor maps: each launch's parameters after the pointers, by (a, qweight, scale)
-    # address (_grouped_params); the maps are encoded once per address, not looked up per call.
-    tails = {} if launch.tensor_maps else None
+    # Launches with tensor maps (either of a pair: the mma tile and a tile loop pair up too): each
+    # launch's parameters after the pointers, by (a, qweight, scale) address (_grouped_params); the
+    # maps are encoded once per address, not looked up per call.
+    tails = {} if launch.tensor_maps or (paired and paired[0].tensor_maps) else None
     return (kernel, launch, grid, (launch.spec.threads, 1, 1), flat_copy, _ROUTE_SLOT[routing_name], tail, device_index,
             tails, paired)
 
@@ -417,7 +418,7 @@ def _grouped_cuda(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
     first, second = _grouped_params(plan, a, packed, route, out)
     stream = _current_stream(device_index)
     kernel.launch(grid, block, launch.smem_bytes, stream, first)
-    if paired:  # the pair's second tile loop, on the same stream (graph-capturable): one of the two works
+    if paired:  # the pair's second kernel, on the same stream (graph-capturable): one of the two works
         other, kernel, grid, _ = paired
         kernel.launch(grid, (other.spec.threads, 1, 1), other.smem_bytes, stream, second)
 
@@ -436,8 +437,8 @@ def _grouped_params(plan: tuple, a: torch.Tensor, packed: PackedW4A16, route: to
         _misaligned(a_ptr)
     pointers = _PARAMS_POINTERS.pack(a_ptr, qw_ptr, scale_ptr, out.data_ptr(), 0, 0, 0,
                                      r if slot == 7 else 0, r if slot == 8 else 0, r if slot == 9 else 0)  # _ROUTE_SLOT
-    if tails_by_address is None:
-        return pointers + tail, None
+    if tails_by_address is None:  # no tensor maps in either launch (no such pair today: a tile loop has them)
+        return pointers + tail, (pointers + paired[3] if paired else None)
     key = (a_ptr, qw_ptr, scale_ptr)
     tails = tails_by_address.get(key) or _remember(
         tails_by_address, key, lambda: (tail + _maps_tail(packed, a, launch),

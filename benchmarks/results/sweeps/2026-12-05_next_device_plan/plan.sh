@@ -5,18 +5,14 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the twentieth session, 2026-12-06: every device lent was an H100 again; it ran
-# v67once, v67efw and v68last, all three rejected (grouped-kernels.md v56), then main's whole GPU
-# suite and every sanitizer case at f004ebc, clean). Every step but gv57, abbias and hostab runs
-# main (carry [".whl"]; `mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19
-# packaging` if it is gone). With CHORD_COMMIT=<main's short sha>, one call each, in this order:
-#   0. gv57 (~5 min, either GPU: the H100 grid holds the point it is for at 0.90x; carry [".whl",
-#      ".ab/gv57"]; `bash benchmarks/ab_tree.sh HEAD gv57 --patch
-#      benchmarks/results/sweeps/2026-12-06_gv57_decode_pair/gv57.diff`): the masked pairs' checks
-#      and A/B (grouped-kernels.md v57). Land each pair on its own points: the decode pair if masked
-#      EP16 skew T=20 gains and EP8 T=32 / EP32 T=8 lose under 2 %, the narrow pair if masked EP32
-#      skew T=20 gains (then the grids below run with it)
-#   1. on an H200: install grpgrid (~5 min): the grouped grid with grouped v46-v49, v53 and v55 in
+# Pending (after the twenty-first session, 2026-12-06: an H100 again; it ran gv57 (grouped-kernels.md
+# v57: the narrow pair landed, the decode pair rejected), then mainchk and the grouped grid on
+# main). Every step but abbias and hostab runs main (carry [".whl"]; `mkdir -p .whl && pip
+# download -q --no-deps -d .whl humming-kernels==0.1.19 packaging` if it is gone). With
+# CHORD_COMMIT=<main's short sha>, one call each, in this order:
+#   0. after a kernel change: mainchk (~3 min, either GPU; SAN_CASES names the change's sanitizer
+#      cases): main's whole GPU suite, memcheck and racecheck
+#   1. on an H200: install grpgrid (~5 min): the grouped grid with grouped v46-v49, v53, v55 and v57 in
 #      (docs/performance.md's grouped H200 table is at 7515572, before v47)
 #   2. on an H200: idxgrid (~2.5 min): the indexed grid (since 7515572: v65, v67)
 #   3. on an H200: abbias (~5 min, carry [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`):
@@ -27,7 +23,8 @@
 # To spend an H100 call only where an H200 came: start the command with
 #   nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || exit 0
 # (it cost ~30 s of device time on an H100 this session).
-# The steps v67once, v67efw and v68last stay below for their trees (.ab/once: main + once.diff;
+# The steps gv57, v67once, v67efw and v68last stay below for their trees (.ab/gv57: `ab_tree.sh
+# 6d26844 gv57 --patch .../2026-12-06_gv57_decode_pair/gv57.diff`) (.ab/once: main + once.diff;
 # .ab/efw2: `ab_tree.sh 2a92966 efw2 --patch .../efw2.diff`, which no longer applies to main's
 # launch.py comment; .ab/last: main + ../2026-12-06_h100_v68_last_tile/last.diff).
 # The grids and the k-loop steps want the H200 (an H100's mid batch is bytes-bound).
@@ -305,6 +302,16 @@ for step in "$@"; do
       ab_sweep gv57_skew "--scenarios ep16,ep32 --tokens 20 --dists skew" main=. gv57=.ab/gv57
       ab_sweep gv57_uniform "--scenarios ep8,ep32 --tokens 8,32 --dists uniform" main=. gv57=.ab/gv57
       ab_sweep gv57_controls "--scenarios ep8,ep16 --tokens 1,20 --dists uniform" main=. gv57=.ab/gv57 ;;
+    mainchk)  # main's whole GPU suite (pytest-xdist, 4 workers: ~110 s), then memcheck and racecheck on
+      # the sanitizer cases of the last change (SAN_CASES, as gpu_sanitize_case.py takes them)
+      timeout 360 python3 -m pytest -m gpu tests/gpu -n 4 -q -p no:cacheprovider > "$D/main_pytest.log" 2>&1
+      st main_pytest $?; tail -3 "$D/main_pytest.log"
+      for tool in memcheck racecheck; do
+        # shellcheck disable=SC2086  # SAN_CASES is a list of case arguments
+        timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
+          ${SAN_CASES:-grouped:pair} > "$D/main_$tool.log" 2>&1
+        st "main_$tool" $?; tail -2 "$D/main_$tool.log"
+      done ;;
     v68last)  # grouped-kernels.md v56: the tree .ab/last (main + last.diff, carried): an expert's weights
       # go evict-first on its last row tile only. Its grouped decode GPU tests and sanitizer cases,
       # then do_bench ABBA against main on the skewed and uniform decode points, and indexed T=1/8

@@ -444,6 +444,33 @@ def narrow_mid_batch(problem: GroupedProblem, launch: Launch, arch: str = DEFAUL
     return grouped_narrow_mid_batch(problem.routing, problem.n, problem.block_k, arch)
 
 
+# Just under the 256 x 24 tile loop, the masked form launches its 16-row mma tile and the loop as a
+# pair (Launch.pick) and the device runs the one whose row tiles cost less on the actual counts
+# (grouped-kernels.md v57). Its hint is the mean count over all G experts, empty ones included: a
+# skewed router leaves the touched experts more rows than that, and the mean cannot tell (masked
+# EP32 skew T=20, hinted 10, runs the 16-row tile where the hint one higher, 11, would take the
+# loop: on the same routing the offsets form, hinted 14, runs the loop's gate_up at 79.1 µs against
+# 91.9, H100). A row tile of the loop costs NARROW_PAIR_COST[1] / [0] = 1.1 of the 16-row tile's,
+# from v46's EP32 T=20 (the loop -2 to -13 % at 1.17x as many 16-row tiles; so 1.03-1.15). The
+# same pair of the 8- and 16-row decode tiles one row under DECODE_16_MIN_ROWS was measured and
+# rejected (v57): the launch that exits costs ~4 µs a projection, more than the uniform decode
+# points (EP32 T=8, EP8 T=32) can give.
+NARROW_PAIR_FORMS = ("masked",)  # the offsets form's hint already counts the padded rows
+NARROW_PAIR_COST = (10, 11)  # a row tile of the 16-row mma tile, of the 256 x 24 tile loop
+
+
+def pair_narrow_mid_batch(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH,
+                          sms: int = H200_SMS) -> Launch:
+    """``launch`` paired with grouped_narrow_mid_batch (Launch.pick) where it is the 16-row mma
+    tile of a NARROW_PAIR_FORMS problem whose hint one row higher takes the tile loop
+    (narrow_mid_batch); else ``launch``. The mma tile is launched first (it wins a tie)."""
+    if (launch.pick or problem.routing not in NARROW_PAIR_FORMS or launch.spec.family != "grouped_mma_sk"
+            or launch.rows_per_cta != 16):
+        return launch
+    taller = narrow_mid_batch(replace(problem, rows_per_expert=problem.rows_per_expert + 1), launch, arch, sms)
+    return launch if taller is launch else replace(launch, pick=(taller, *NARROW_PAIR_COST))
+
+
 # Mid batch of 17-32 expected rows an expert on few experts (grouped v48). Those tiles ran the
 # 512 x 32 tile (4 consumer warpgroups) on the tile loop whatever its waves: at EP32 T=32 (22 rows
 # on 12 experts) 96 tiles for gate_up (0.73 waves on 132 SMs) and 168 for down (1.27). Where the
@@ -655,6 +682,7 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
     if few is not chosen:
         chosen = few
         why += f"; the 256 x 32 tile loop (under {MID_BATCH_24_MIN_WAVES} waves of 512 x 32 tiles)"
+    chosen = pair_narrow_mid_batch(problem, chosen, arch, sms)
     if chosen.pick:
         why += f"; paired with {chosen.pick[0].spec.describe()} (the device picks)"
     note = evict_first_note(chosen, problem.k)

@@ -58,7 +58,8 @@ class Launch:
     # The kernel takes chord::MoeTmaActParams: after the weight's maps, a map of the call's
     # activations whose box is this many rows (chord_kernels.tma.activation_map); 0: none.
     act_map_rows: int = 0
-    # A pair of tile loops (pair_with_tall_tile, TALL_TILE_ROWS): the other launch, this one's cost
+    # A pair of tile loops (pair_with_tall_tile, TALL_TILE_ROWS) or of the 16-row mma tile and a tile
+    # loop (pair_narrow_mid_batch): the other launch, this one's cost
     # a row tile and the other's (MoeParams::pick_*). Both run back to back; on the device each
     # counts the call's row tiles in both heights and only the cheaper does any work. This one
     # (launched first) wins a tie.
