@@ -10,6 +10,10 @@
 # main). Every step but abbias and hostab runs main (carry [".whl"]; `mkdir -p .whl && pip
 # download -q --no-deps -d .whl humming-kernels==0.1.19 packaging` if it is gone). With
 # CHORD_COMMIT=<main's short sha>, one call each, in this order:
+#   0. gv58 (~4.5 min, either GPU; carry [".whl", ".ab/gv58"]; `bash benchmarks/ab_tree.sh HEAD gv58
+#      --patch benchmarks/results/sweeps/2026-12-06_gv58_decode_dual/gv58.diff`): the masked decode
+#      kernel holding two tile heights (grouped-kernels.md v58). Land it if masked EP16 skew T=20
+#      gains and EP8 T=32 / EP32 T=8 lose under 2 %
 #   0. after a kernel change: mainchk (~3 min, either GPU; SAN_CASES names the change's sanitizer
 #      cases): main's whole GPU suite, memcheck and racecheck
 #   1. on an H200: install grpgrid (~5 min): the grouped grid with grouped v46-v49, v53, v55 and v57 in
@@ -302,6 +306,15 @@ for step in "$@"; do
       ab_sweep gv57_skew "--scenarios ep16,ep32 --tokens 20 --dists skew" main=. gv57=.ab/gv57
       ab_sweep gv57_uniform "--scenarios ep8,ep32 --tokens 8,32 --dists uniform" main=. gv57=.ab/gv57
       ab_sweep gv57_controls "--scenarios ep8,ep16 --tokens 1,20 --dists uniform" main=. gv57=.ab/gv57 ;;
+    gv58)  # grouped-kernels.md v58: the tree .ab/gv58 (main + gv58.diff, carried): the masked form hinted
+      # 6 rows runs one kernel holding its 8- and 16-row tiles (GroupedMmaDecodeDual), each CTA picks.
+      # Its grouped GPU tests of the dual and the decode tiles, memcheck and racecheck on the dual's
+      # cases, then do_bench ABBA against main: the three points it changes (masked EP16 skew T=20,
+      # EP8 T=32, EP32 T=8; the offsets form beside each is unchanged) and EP32 skew T=20
+      tree_checks gv58 tests/gpu/test_grouped_gpu.py "dual or pair or decode_16 or streamk or stream_k or wide_decode or one_wave or sparse_decode or graph" \
+        "grouped:dual" "grouped:16-row"
+      ab_sweep gv58_skew "--scenarios ep16,ep32 --tokens 20 --dists skew" main=. gv58=.ab/gv58
+      ab_sweep gv58_uniform "--scenarios ep8,ep32 --tokens 8,32 --dists uniform" main=. gv58=.ab/gv58 ;;
     mainchk)  # main's whole GPU suite (pytest-xdist, 4 workers: ~110 s), then memcheck and racecheck on
       # the sanitizer cases of the last change (SAN_CASES, as gpu_sanitize_case.py takes them)
       timeout 360 python3 -m pytest -m gpu tests/gpu -n 4 -q -p no:cacheprovider > "$D/main_pytest.log" 2>&1
