@@ -169,6 +169,12 @@ grouped_case("grouped 4-deep decode ring", 4096, 1024, [1, 0, 2, 0, 3, 9] + [0] 
 # experts, N 4096 on K 1024 (~770 tiles of 4 stages over the resident CTAs: split tiles), an empty
 # expert, one of 3 rows and two of 12 and 17 (two tiles).
 grouped_case("grouped 16-row decode", 4096, 1024, [7] * 20 + [0, 3, 12, 17], 768, 7, 32, 7)
+# The masked form's kernel holding the 8- and 16-row tiles (dispatch.dual_decode_16; grouped
+# v58): hinted 6 rows on 24 experts, N 4096 on K 1024. On 20 experts of 5 rows, an empty one and
+# three of 6-9 (24 8-row tiles against 23: 120 < 138) the 8-row height runs; on 14 rows an expert
+# (48 against 24) the 16-row height. (The offsets form, hinted the same, runs its 8-row tile.)
+grouped_case("grouped decode dual, 8 rows run", 4096, 1024, [5] * 20 + [0, 6, 8, 9], 768, 6, 32, 6)
+grouped_case("grouped decode dual, 16 rows run", 4096, 1024, [14] * 23 + [0], 768, 6, 32, 6)
 # The masked form's narrow pair (dispatch.pair_narrow_mid_batch; grouped v57): hinted 10 rows on
 # 12 experts, K 4096, the 16-row mma tile first and the 256 x 24 tile loop second. On 11 experts
 # of 10 rows and an empty one (11 tiles of 16 rows against 11 of 24: 110 < 121) the mma tile

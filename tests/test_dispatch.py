@@ -824,7 +824,8 @@ def test_grouped_shallow_decode_ring_where_tiles_fill_the_ctas():
     expert, in place of the 3-stage ring and of the wide tile (grouped-kernels.md v43, v44, v49):
     EP8 T=8/20 both projections, EP16 T=8/20 down. Not EP16 gate_up (1.4 tiles a CTA), not at 1
     expected row (T=1), not at 6 on H200-class memory (EP8 T=32: the wide tile, v49; the H100 keeps
-    the ring there), not EP32; not the DeepGEMM form (not measured)."""
+    the ring there, but for the masked form's kernel holding the 16-row tile, v58), not EP32; not
+    the DeepGEMM form (not measured)."""
     def pick(routing, experts, rows, n, k):
         return dispatch.select_grouped(GroupedProblem(routing, n, k, experts, rows, 128 if routing == "masked" else 64))
 
@@ -844,7 +845,10 @@ def test_grouped_shallow_decode_ring_where_tiles_fill_the_ctas():
             assert (launch.spec.config["NT"], launch.spec.config["STAGES"], launch.cols_per_cta) == (4, 3, 256), (routing, n)
             h100 = dispatch.select_grouped(GroupedProblem(routing, n, k, 48, 6, 128 if routing == "masked" else 64),
                                            memory_tbps=dispatch.memory_tbps_of("NVIDIA H100 80GB HBM3"))
-            assert {key: h100.spec.config[key] for key in shallow} == shallow, (routing, n)
+            # the masked form's 8-row tile there holds the 16-row one, on its 3-stage ring (v58)
+            ring = dict(shallow, STAGES=dispatch.DECODE_DUAL_SHORT_STAGES) if routing == "masked" else shallow
+            assert {key: h100.spec.config[key] for key in shallow} == ring, (routing, n)
+            assert (h100.dual is not None) == (routing == "masked"), (routing, n)
     assert pick("contiguous", 48, 2, 4096, 7168).spec.config["STAGES"] == 3
     # precompile and CI's compile (and its no-spill test) reach it
     symbols = {launch.spec.symbol for launch in dispatch.grouped_reachable_launches()}
@@ -949,6 +953,41 @@ def test_grouped_decode_16_row_tile_from_7_rows():
     symbols = {launch.spec.symbol for launch in dispatch.grouped_reachable_launches()}
     for routing, block_k in dispatch.SHALLOW_DECODE_FORMS.items():
         assert dispatch.grouped_decode_16(routing, block_k).spec.symbol in symbols
+
+
+def test_masked_decode_dual_one_row_under_the_16_row_bound():
+    """The masked form hinted DECODE_DUAL_ROWS under DECODE_16_MIN_ROWS on deep K, where the 8-row
+    2-lane tile serves it, runs the kernel that holds the 16-row tile as well
+    (GroupedMmaDecodeDual, dual_decode_16; grouped-kernels.md v58): one launch, the pick's
+    parameters, the larger tile's shared memory and partials at the occupancy both fit. Never the
+    offsets form, short K, other hints or the wide tile; never paired as well."""
+    assert list(range(dispatch.DECODE_16_MIN_ROWS - dispatch.DECODE_DUAL_ROWS, dispatch.DECODE_16_MIN_ROWS)) == [6]
+    symbols = {launch.spec.symbol for launch in dispatch.grouped_reachable_launches()}
+    duals = 0
+    for routing, experts, rows, (n, k), memory in itertools.product(
+            ("masked", "contiguous_offsets", "contiguous"), (12, 24, 48, 96), range(1, 12),
+            ((4096, 7168), (7168, 2048), (7168, 256), (512, 7168)), (3.35, 4.8)):
+        launch = dispatch.select_grouped(GroupedProblem(routing, n, k, experts, rows, 128 if routing == "masked" else 64),
+                                         memory_tbps=memory)
+        if launch.dual is None:
+            assert not (routing == "masked" and rows == 6 and k >= dispatch.WGMMA_MIN_K
+                        and launch.spec.family == "grouped_mma_sk" and launch.spec.config["NT"] == 2
+                        and launch.rows_per_cta == 8), (routing, experts, rows, n, k, memory)
+            continue
+        assert routing == "masked" and rows == 6 and k >= dispatch.WGMMA_MIN_K and launch.pick is None
+        assert launch == dispatch.grouped_decode_dual("masked", 128) and launch.spec.symbol in symbols
+        duals += 1
+    assert duals >= 4
+    short = dispatch.grouped_mma_streamk("masked", 2, 1, 256, 128, dispatch.DECODE_DUAL_SHORT_STAGES)
+    tall = dispatch.grouped_decode_16("masked", 128)
+    dual = dispatch.grouped_decode_dual("masked", 128)
+    assert dual.spec.body == "chord::GroupedMmaDecodeDual" and dual.spec.family == "grouped_mma_sk"
+    assert dual.spec.template_args == short.spec.template_args + (("TALL_STAGES", tall.spec.config["STAGES"]),)
+    assert dual.rows_per_cta == 8 and dual.cols_per_cta == tall.cols_per_cta == short.cols_per_cta
+    assert dual.smem_bytes == max(short.smem_bytes, tall.smem_bytes)
+    assert dual.partial_floats == max(short.partial_floats, tall.partial_floats) == tall.partial_floats
+    assert dual.spec.min_blocks_per_sm == min(short.spec.min_blocks_per_sm, tall.spec.min_blocks_per_sm) == 3
+    assert dual.dual == (16, *dispatch.DECODE_DUAL_COST)
 
 
 def test_masked_narrow_pair_one_row_under_the_24_row_tiles():

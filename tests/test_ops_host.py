@@ -557,3 +557,22 @@ def test_masked_mma_pairs_launch_both(grouped_stub, hint, e, n, k, heights, cost
     for (grid, block, smem, stream, _), lau in zip(grouped_stub["launches"], (launch, other), strict=True):
         assert block == (lau.spec.threads, 1, 1) and smem == lau.smem_bytes and stream == 77
         assert grid == (3 * lau.spec.min_blocks_per_sm, 1, 1)  # the resident CTAs (3 SMs here)
+
+
+def test_masked_decode_dual_launches_once_with_the_pick(grouped_stub):
+    """The masked form's kernel holding two tile heights (dispatch.dual_decode_16) launches once,
+    with the pick's parameters (the 16-row height, the costs, first) and the larger tile's shared
+    memory, at the resident CTAs of its occupancy."""
+    hint, e = dispatch.DECODE_16_MIN_ROWS - 1, 4
+    packed, a, out = _grouped_problem("masked", e=e, n=256, k=1024, rows=e * hint)
+    ops._grouped_cuda("masked", a, packed, torch.tensor([hint] * e, dtype=torch.int32), out, hint)
+    launch = dispatch.select_grouped(grouped_stub["select"][0])
+    assert launch.dual == (16, *dispatch.DECODE_DUAL_COST) and launch.pick is None
+    assert len(grouped_stub["launches"]) == 1 and grouped_stub["loaded"] == [launch.spec]
+    (grid, block, smem, stream, raw), = grouped_stub["launches"]
+    assert len(raw) == ops.MOE_PARAMS.size  # no tensor maps
+    fields = dict(zip(ops._INTS, ops.MOE_PARAMS.unpack(raw)[12:-2], strict=True))
+    assert (fields["pick_rows"], fields["pick_cost"], fields["pick_other_cost"], fields["pick_first"]) == (
+        16, *dispatch.DECODE_DUAL_COST, 1)
+    assert block == (launch.spec.threads, 1, 1) and smem == launch.smem_bytes and stream == 77
+    assert grid == (3 * launch.spec.min_blocks_per_sm, 1, 1)  # the resident CTAs (3 SMs here)

@@ -62,7 +62,8 @@ struct MoeParams {
   // 240-row tile and its short tile: chord_kernels.dispatch.pair_with_tall_tile; the masked form's
   // 16-row mma tile and the 256 x 24 tile loop: pair_narrow_mid_batch). Each counts the
   // call's row tiles in its own height and in the other's and runs only if its own cost less
-  // (picked). pick_rows = 0: no pair, always run.
+  // (picked). pick_rows = 0: no pair, always run. One kernel holding two tile heights reads the
+  // same fields for its taller one (GroupedMmaDecodeDual: pick_rows 16, pick_first 1).
   int32_t pick_rows;        // the other kernel's tile rows
   int32_t pick_cost;        // this kernel's cost a row tile (the dispatch's model units)
   int32_t pick_other_cost;  // the other kernel's

@@ -56,19 +56,26 @@ struct MmaStreamK {
                                     [&](int i, float4 v) { Tile::store4(p, row0, routes, i, v); });
   }
 
-  // The host keeps row tiles x column tiles x stages under 2^31 (chord_kernels/ops.py).
   __device__ static void run(const MoeParams& p) {
-    Smem& sm = Tile::smem();
-    // A thread always gathers the same tile row; a warp covers 32 / kThreadsPerRow rows, each
-    // as one contiguous run (2 x 256 B at 8 rows and 256 columns).
-    const int tid = threadIdx.x, my_row = tid / kThreadsPerRow, my_chunk = tid % kThreadsPerRow;
-    const int row_tiles = Rows::count(p), col_tiles = (p.n + kRows - 1) / kRows;
+    const int row_tiles = Rows::count(p);
     // The other kernel of a pair runs this call (MoeParams::pick_rows: the grouped masked form's
     // 16-row tile and the 256 x 24 tile loop, grouped-kernels.md v57). Uniform over the grid: every
     // thread counts the same row tiles.
     if constexpr (kReadsPick) {
       if (!Rows::picked(p, row_tiles)) return;
     }
+    run_tiles(p, row_tiles);
+  }
+
+  // The call's `row_tiles` (Rows::count) on this tile; a kernel that holds two tile heights
+  // (GroupedMmaDecodeDual) enters here with the height it picked.
+  // The host keeps row tiles x column tiles x stages under 2^31 (chord_kernels/ops.py).
+  __device__ static void run_tiles(const MoeParams& p, const int row_tiles) {
+    Smem& sm = Tile::smem();
+    // A thread always gathers the same tile row; a warp covers 32 / kThreadsPerRow rows, each
+    // as one contiguous run (2 x 256 B at 8 rows and 256 columns).
+    const int tid = threadIdx.x, my_row = tid / kThreadsPerRow, my_chunk = tid % kThreadsPerRow;
+    const int col_tiles = (p.n + kRows - 1) / kRows;
     const StreamKWork w(row_tiles, col_tiles, p.k / STAGE_K, p.k, kMmaWholeTiles);
     const int iterations = w.iterations();
 #ifdef CHORD_CTA_TRACE

@@ -219,6 +219,29 @@ def test_masked_mma_pair_runs_exactly_one(shape, hint, tile_family, monkeypatch)
     assert _check_pair_runs_exactly_one(bufs, graph, plan, draws, "the picked kernel's sums")[:2] == [True, False]
 
 
+@pytest.mark.parametrize("shape", [EP32_GATE_UP, (24, 4096, 1024)])
+def test_masked_decode_dual_runs_either_height(shape, tile_family, monkeypatch):
+    """The masked form hinted one row under the 16-row tile runs the kernel holding the 8- and
+    16-row tiles (dispatch.dual_decode_16, grouped-kernels.md v58): every expert within one 8-row
+    tile (the 8-row height runs), every expert over one (the 16-row height), skewed counts with
+    an empty expert and all experts empty, through graph replays with the counts changed; the
+    stream-K locks left zero each time."""
+    from chord_kernels import dispatch, ops
+
+    hint = dispatch.DECODE_16_MIN_ROWS - 1
+    bufs, graph, launch = capture_dispatch_choice(tile_family, monkeypatch, "the dual tile", "masked", shape, 64, hint,
+                                                  seed=45)
+    assert launch.dual == (16, *dispatch.DECODE_DUAL_COST)
+    kept = ops._streamk_buffers[torch.cuda.current_device()]
+    skewed = counts_for(bufs.e, hint * bufs.e, skew=True, seed=46).clamp_max(bufs.seg)
+    skewed[0] = 0  # an empty expert
+    for counts in (torch.full((bufs.e,), 5, dtype=torch.int64), torch.full((bufs.e,), 14, dtype=torch.int64),
+                   skewed, torch.zeros(bufs.e, dtype=torch.int64)):
+        valid, experts = bufs.set_counts(counts)
+        bufs.check_runs(graph, valid, experts, "the dual tile's sums")
+        assert not any(locks.any() for _, locks in kept), "the dual tile left a lock or the claim counters non-zero"
+
+
 @pytest.mark.parametrize("total", [37, 4000])
 def test_output_rows_not_16_byte_aligned(total):
     """An out view whose rows are not 16-byte aligned (row stride N + 12, start 8 bytes in): the

@@ -390,6 +390,10 @@ def _grouped_plan(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
                                                   pick_other_cost=other_cost, pick_first=1))
         paired = (other, *prepare(other, dict(pick_rows=launch.rows_per_cta, pick_cost=other_cost,
                                               pick_other_cost=cost, pick_first=0)))
+    elif launch.dual:  # one kernel holding two tile heights (dispatch.Launch.dual): the same pick, one launch
+        tall_rows, cost, tall_cost = launch.dual
+        kernel, grid, tail = prepare(launch, dict(pick_rows=tall_rows, pick_cost=cost, pick_other_cost=tall_cost,
+                                                  pick_first=1))
     else:
         kernel, grid, tail = prepare(launch, {})
     # Launches with tensor maps (either of a pair: the mma tile and a tile loop pair up too): each

@@ -6,14 +6,12 @@
 # where each ran and what it decided is in README.md beside this file.
 #
 # Pending (after the twenty-first session, 2026-12-06: an H100 again; it ran gv57 (grouped-kernels.md
-# v57: the narrow pair landed, the decode pair rejected), then mainchk and the grouped grid on
-# main). Every step but abbias and hostab runs main (carry [".whl"]; `mkdir -p .whl && pip
+# v57: the narrow pair landed, the decode pair rejected), mainchk and the grouped grid at 696c15e,
+# then gv58 (v58, the decode kernel holding both heights: landed; not re-gridded, and main's
+# whole GPU suite not run on it: its own tests and sanitizer cases were)). Next: mainchk with
+# SAN_CASES="grouped:dual grouped:pair grouped:16-row", then the grids. Every step but abbias and hostab runs main (carry [".whl"]; `mkdir -p .whl && pip
 # download -q --no-deps -d .whl humming-kernels==0.1.19 packaging` if it is gone). With
 # CHORD_COMMIT=<main's short sha>, one call each, in this order:
-#   0. gv58 (~4.5 min, either GPU; carry [".whl", ".ab/gv58"]; `bash benchmarks/ab_tree.sh HEAD gv58
-#      --patch benchmarks/results/sweeps/2026-12-06_gv58_decode_dual/gv58.diff`): the masked decode
-#      kernel holding two tile heights (grouped-kernels.md v58). Land it if masked EP16 skew T=20
-#      gains and EP8 T=32 / EP32 T=8 lose under 2 %
 #   0. after a kernel change: mainchk (~3 min, either GPU; SAN_CASES names the change's sanitizer
 #      cases): main's whole GPU suite, memcheck and racecheck
 #   1. on an H200: install grpgrid (~5 min): the grouped grid with grouped v46-v49, v53, v55 and v57 in
@@ -27,7 +25,7 @@
 # To spend an H100 call only where an H200 came: start the command with
 #   nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || exit 0
 # (it cost ~30 s of device time on an H100 this session).
-# The steps gv57, v67once, v67efw and v68last stay below for their trees (.ab/gv57: `ab_tree.sh
+# The steps gv58, gv57, v67once, v67efw and v68last stay below for their trees (.ab/gv57: `ab_tree.sh
 # 6d26844 gv57 --patch .../2026-12-06_gv57_decode_pair/gv57.diff`) (.ab/once: main + once.diff;
 # .ab/efw2: `ab_tree.sh 2a92966 efw2 --patch .../efw2.diff`, which no longer applies to main's
 # launch.py comment; .ab/last: main + ../2026-12-06_h100_v68_last_tile/last.diff).

@@ -306,6 +306,52 @@ def decode_16(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH)
     return grouped_decode_16(problem.routing, problem.block_k, arch)
 
 
+# Just under that bound, the masked form's 8-row tile holds the 16-row one in the same kernel
+# (GroupedMmaDecodeDual) and each CTA runs the height whose row tiles cost less on the actual
+# counts (grouped-kernels.md v58). The masked hint is the mean count over all G experts, empty ones
+# included: a skewed router leaves the touched experts more rows than that, and the mean cannot
+# tell (masked EP16 skew T=20, hinted 6: the 16-row tile ran 15 % faster on both projections, H100,
+# v57). v57 launched the two as a pair, and the launch that exits cost 3.5-5 µs a projection where
+# the 8-row tile ran (EP32 T=8 +5.8 %, EP8 T=32 +2.1 %); one kernel pays only the second count.
+# Costs 5 : 6 a row tile (the 16-row tile's 1.2x from v47's two ends: it won at 1.23x more 8-row
+# tiles, EP16 T=20 uniform, and lost at 1.09x, EP8 T=32). The kernel's shared memory and stream-K
+# partials are the 16-row tile's or more, at one occupancy: the 16-row ring (58 KB) does not fit
+# 4 CTAs an SM, so where the 8-row tile had the 4-CTA ring (SHALLOW_DECODE_RING) it takes its
+# 3-stage ring at 3 CTAs an SM (the ring before v43; grouped-kernels.md v43-v44: 1-3 % slower at T=8,
+# level at T=32). The offsets form's hint comes from vLLM's padded row count, which the skewed call
+# already lifts over the bound; it is not paired.
+DECODE_DUAL_FORMS = ("masked",)
+DECODE_DUAL_ROWS = 1  # hints this far under DECODE_16_MIN_ROWS
+DECODE_DUAL_COST = (5, 6)  # a row tile of 8 rows, of 16 rows (MoeParams::pick_cost, pick_other_cost)
+DECODE_DUAL_SHORT_STAGES = 3  # the 8-row ring beside the 16-row tile (3 CTAs an SM)
+
+
+def grouped_decode_dual(routing: str, block_k: int, arch: str = DEFAULT_ARCH) -> Launch:
+    """The 8-row decode tile (NT 2, 256-column stages, its DECODE_DUAL_SHORT_STAGES ring) holding
+    grouped_decode_16 (GroupedMmaDecodeDual): one launch with the larger of the two tiles'
+    shared memory and partials, at the occupancy both fit."""
+    short = grouped_mma_streamk(routing, 2, 1, 256, block_k, DECODE_DUAL_SHORT_STAGES, arch)
+    tall = grouped_decode_16(routing, block_k, arch)
+    spec = replace(short.spec, body="chord::GroupedMmaDecodeDual",
+                   template_args=short.spec.template_args + (("TALL_STAGES", DECODE_16_STAGES),),
+                   min_blocks_per_sm=min(short.spec.min_blocks_per_sm, tall.spec.min_blocks_per_sm))
+    return replace(short, spec=spec, smem_bytes=max(short.smem_bytes, tall.smem_bytes),
+                   partial_floats=max(short.partial_floats, tall.partial_floats),
+                   dual=(tall.rows_per_cta, *DECODE_DUAL_COST))
+
+
+def dual_decode_16(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH) -> Launch:
+    """grouped_decode_dual where ``launch`` is an 8-row, 2-lane decode tile (any ring) of a
+    DECODE_DUAL_FORMS problem takes_decode_16 admits, hinted within DECODE_DUAL_ROWS under
+    DECODE_16_MIN_ROWS; else ``launch``."""
+    cfg = launch.spec.config
+    if (launch.spec.family != "grouped_mma_sk" or cfg["TT"] != 1 or cfg["NT"] != 2 or cfg["STAGE_K"] != 256
+            or launch.pick or problem.routing not in DECODE_DUAL_FORMS or not takes_decode_16(problem.routing, problem.k)
+            or not DECODE_16_MIN_ROWS - DECODE_DUAL_ROWS <= problem.rows_per_expert < DECODE_16_MIN_ROWS):
+        return launch
+    return grouped_decode_dual(problem.routing, problem.block_k, arch)
+
+
 # The 8 x 128 decode tile (NT 2, TT 1, STAGE_K 256) on a 2-stage ring at 4 CTAs an SM, the
 # grouped form of indexed v47 (indexed.MANY_TILES_RING), where the call expects at least
 # SHALLOW_DECODE_TILES_PER_CTA tiles a resident CTA from SHALLOW_DECODE_MIN_ROWS rows an expert,
@@ -682,6 +728,10 @@ def select_grouped(problem: GroupedProblem, arch: str = DEFAULT_ARCH, sms: int =
     if few is not chosen:
         chosen = few
         why += f"; the 256 x 32 tile loop (under {MID_BATCH_24_MIN_WAVES} waves of 512 x 32 tiles)"
+    dual = dual_decode_16(problem, chosen, arch)
+    if dual is not chosen:
+        chosen = dual
+        why += f"; holding the 16-row tile (under {DECODE_16_MIN_ROWS} rows by {DECODE_DUAL_ROWS}: the device picks)"
     chosen = pair_narrow_mid_batch(problem, chosen, arch, sms)
     if chosen.pick:
         why += f"; paired with {chosen.pick[0].spec.describe()} (the device picks)"
@@ -726,17 +776,20 @@ def grouped_launch_variants(routing: str, n: int, k: int, rows: int, block_k: in
                             arch: str = DEFAULT_ARCH) -> list[Launch]:
     """grouped_launch and every K split of it that select_grouped can pick on this K, and for
     8-row tiles the wide decode tile (widen_decode), the 2-stage ring (shallow_decode) and the
-    4-deep ring (sparse_decode), for 16-row tiles the 256 x 24 tile loop (narrow_mid_batch)."""
+    4-deep ring (sparse_decode), the 16-row tile (decode_16) and the kernel holding both heights
+    (dual_decode_16), for 16-row tiles the 256 x 24 tile loop (narrow_mid_batch)."""
     launch = grouped_launch(routing, n, k, rows, block_k, arch)
     splits = split_k_choices(k, block_k)[1:] if splits_k(launch) else ()
     wide = grouped_wide_decode(routing, n, k, block_k, arch) if rows == 8 else None
     d16 = grouped_decode_16(routing, block_k, arch) if rows == 8 and takes_decode_16(routing, k) else None
+    dual = (grouped_decode_dual(routing, block_k, arch)
+            if d16 is not None and routing in DECODE_DUAL_FORMS else None)
     shallow = grouped_shallow_decode(routing, block_k, arch) if replaces_decode_ring(launch) else None
     sparse = grouped_sparse_decode(routing, block_k, arch) if replaces_decode_ring(launch) and k >= WGMMA_MIN_K else None
     narrow = grouped_narrow_mid_batch(routing, n, block_k, arch) if rows == 16 and takes_narrow_mid_batch(routing, n, k) else None
     few = grouped_few_wave_32(routing, n, block_k, arch) if is_mid_batch_32(routing, launch) else None
     return [launch] + [grouped_launch(routing, n, k, rows, block_k, arch, s) for s in splits] + \
-        [d for d in (wide, shallow, sparse, narrow, few, d16) if d is not None]
+        [d for d in (wide, shallow, sparse, narrow, few, d16, dual) if d is not None]
 
 
 def grouped_reachable_launches(arch: str = DEFAULT_ARCH) -> list[Launch]:

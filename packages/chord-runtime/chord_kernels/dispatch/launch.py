@@ -64,6 +64,10 @@ class Launch:
     # counts the call's row tiles in both heights and only the cheaper does any work. This one
     # (launched first) wins a tie.
     pick: tuple[Launch, int, int] | None = None
+    # A kernel that holds two tile heights and runs one (GroupedMmaDecodeDual; dispatch.dual_decode_16):
+    # the taller tile's rows, the cost a row tile of this one and of the taller (MoeParams::pick_*).
+    # One launch; every CTA counts the call's row tiles at both heights and takes the cheaper.
+    dual: tuple[int, int, int] | None = None
 
     @property
     def persistent(self) -> bool:
