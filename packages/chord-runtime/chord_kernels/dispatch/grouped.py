@@ -319,7 +319,7 @@ def decode_16(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH)
 # 4 CTAs an SM, so where the 8-row tile had the 4-CTA ring (SHALLOW_DECODE_RING) it takes its
 # 3-stage ring at 3 CTAs an SM (the ring before v43; grouped-kernels.md v43-v44: 1-3 % slower at T=8,
 # level at T=32). The offsets form's hint comes from vLLM's padded row count, which the skewed call
-# already lifts over the bound; it is not paired.
+# already lifts over the bound; it keeps its 8-row tile.
 DECODE_DUAL_FORMS = ("masked",)
 DECODE_DUAL_ROWS = 1  # hints this far under DECODE_16_MIN_ROWS
 DECODE_DUAL_COST = (5, 6)  # a row tile of 8 rows, of 16 rows (MoeParams::pick_cost, pick_other_cost)
