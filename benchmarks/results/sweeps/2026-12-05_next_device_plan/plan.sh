@@ -25,8 +25,8 @@
 # To spend an H100 call only where an H200 came: start the command with
 #   nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || exit 0
 # (it cost ~30 s of device time on an H100 this session).
-# The steps gv58, gv57, v67once, v67efw and v68last stay below for their trees (.ab/gv57: `ab_tree.sh
-# 6d26844 gv57 --patch .../2026-12-06_gv57_decode_pair/gv57.diff`) (.ab/once: main + once.diff;
+# gv57 and gv58 ran (grouped-kernels.md v57, v58): their steps are in git history at d545284.
+# The steps v67once, v67efw and v68last stay below for their trees (.ab/once: main + once.diff;
 # .ab/efw2: `ab_tree.sh 2a92966 efw2 --patch .../efw2.diff`, which no longer applies to main's
 # launch.py comment; .ab/last: main + ../2026-12-06_h100_v68_last_tile/last.diff).
 # The grids and the k-loop steps want the H200 (an H100's mid batch is bytes-bound).
@@ -293,26 +293,6 @@ for step in "$@"; do
         grouped:decode grouped:K384
       ab_sweep once_skew "--scenarios ep16,ep32 --tokens 20,32 --dists skew" main=. once=.ab/once
       ab_sweep once_uniform "--scenarios ep8,ep16,ep32 --tokens 1,8,20 --dists uniform" main=. once=.ab/once ;;
-    gv57)  # grouped-kernels.md v57: the tree .ab/gv57 (main + gv57.diff, carried): the masked form hinted
-      # one row under a taller tile launches both as a pair (6 rows: the 8- and 16-row decode tiles;
-      # 10 on few experts: the 16-row tile and the 256 x 24 tile loop), the device runs one. Its
-      # grouped GPU tests of the pairs and the decode tiles, memcheck and racecheck on the pairs'
-      # cases, then do_bench ABBA against main: the four grid points it changes (masked EP16 and
-      # EP32 skew T=20, EP8 T=32, EP32 T=8; the offsets form beside each is unchanged), then controls
-      tree_checks gv57 tests/gpu/test_grouped_gpu.py "pair or decode_16 or narrow or streamk or stream_k or wide_decode or one_wave or sparse_decode or graph" \
-        "grouped:pair" "grouped:16-row"
-      ab_sweep gv57_skew "--scenarios ep16,ep32 --tokens 20 --dists skew" main=. gv57=.ab/gv57
-      ab_sweep gv57_uniform "--scenarios ep8,ep32 --tokens 8,32 --dists uniform" main=. gv57=.ab/gv57
-      ab_sweep gv57_controls "--scenarios ep8,ep16 --tokens 1,20 --dists uniform" main=. gv57=.ab/gv57 ;;
-    gv58)  # grouped-kernels.md v58: the tree .ab/gv58 (main + gv58.diff, carried): the masked form hinted
-      # 6 rows runs one kernel holding its 8- and 16-row tiles (GroupedMmaDecodeDual), each CTA picks.
-      # Its grouped GPU tests of the dual and the decode tiles, memcheck and racecheck on the dual's
-      # cases, then do_bench ABBA against main: the three points it changes (masked EP16 skew T=20,
-      # EP8 T=32, EP32 T=8; the offsets form beside each is unchanged) and EP32 skew T=20
-      tree_checks gv58 tests/gpu/test_grouped_gpu.py "dual or pair or decode_16 or streamk or stream_k or wide_decode or one_wave or sparse_decode or graph" \
-        "grouped:dual" "grouped:16-row"
-      ab_sweep gv58_skew "--scenarios ep16,ep32 --tokens 20 --dists skew" main=. gv58=.ab/gv58
-      ab_sweep gv58_uniform "--scenarios ep8,ep32 --tokens 8,32 --dists uniform" main=. gv58=.ab/gv58 ;;
     mainchk)  # main's whole GPU suite (pytest-xdist, 4 workers: ~110 s), then memcheck and racecheck on
       # the sanitizer cases of the last change (SAN_CASES, as gpu_sanitize_case.py takes them)
       timeout 360 python3 -m pytest -m gpu tests/gpu -n 4 -q -p no:cacheprovider > "$D/main_pytest.log" 2>&1
@@ -362,7 +342,7 @@ names = list(runs["main_1"])
 print("entry " + " ".join(runs), *(f"{n} " + " ".join(f"{r.get(n, float('nan')):.2f}" for r in runs.values()) for n in names), sep="\n")
 PY
       ;;
-    *) echo "unknown step $step (gv57 v67once v67efw v68last hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
+    *) echo "unknown step $step (mainchk v67once v67efw v68last hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
