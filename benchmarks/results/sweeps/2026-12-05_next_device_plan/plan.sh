@@ -293,6 +293,14 @@ for step in "$@"; do
         grouped:decode grouped:K384
       ab_sweep once_skew "--scenarios ep16,ep32 --tokens 20,32 --dists skew" main=. once=.ab/once
       ab_sweep once_uniform "--scenarios ep8,ep16,ep32 --tokens 1,8,20 --dists uniform" main=. once=.ab/once ;;
+    gv59)  # grouped-kernels.md v59: the mma stream-K tiles over deep K in column order (.ab/gv59:
+      # `bash benchmarks/ab_tree.sh HEAD gv59 --patch benchmarks/results/sweeps/2026-12-06_gv59_column_order/gv59.diff`,
+      # carried). Its stream-K GPU tests of both families and memcheck/racecheck on mma_sk from inside
+      # the tree, then do_bench ABBA against main: grouped EP8 T=8/20/32 uniform and skewed T=20 (both
+      # forms), indexed EP8 T=32 and TP8 T=128
+      streamk_tree_checks gv59
+      ab_sweep gv59_grouped "--scenarios ep8 --tokens 8,20,32 --dists uniform,skew" main=. gv59=.ab/gv59
+      ab_sweep gv59_indexed "--family indexed --scenarios ep8,tp8 --tokens 32,128 --dists uniform" main=. gv59=.ab/gv59 ;;
     mainchk)  # main's whole GPU suite (pytest-xdist, 4 workers: ~110 s), then memcheck and racecheck on
       # the sanitizer cases of the last change (SAN_CASES, as gpu_sanitize_case.py takes them)
       timeout 360 python3 -m pytest -m gpu tests/gpu -n 4 -q -p no:cacheprovider > "$D/main_pytest.log" 2>&1
