@@ -8,14 +8,11 @@
 # Pending (after the twenty-second session, 2026-12-06: an H100 again (no H200 came); it ran
 # mainchk at 622f7a3 (v58: 416 passed, the dual/pair/16-row sanitizer cases clean) and both H100
 # grids (grouped at 622f7a3, indexed at 8d408f2), then prepared gv59 (grouped-kernels.md v59: the
-# mma stream-K tiles over deep K in column order), which no device ran: the budget was spent on
-# two refused starts). Next: gv59 (carry [".whl", ".ab/gv59"]; the tree from its README), then on
-# an H200 the grids. Every step but gv59, abbias and hostab runs main (carry [".whl"]; `mkdir -p .whl && pip
+# mma stream-K tiles over deep K in column order), which no device ran; a model of the schedule
+# then put its gain at <= 1 % (v59), so it is not worth a call). Next: on an H200 the grids. Every
+# step but gv59, abbias and hostab runs main (carry [".whl"]; `mkdir -p .whl && pip
 # download -q --no-deps -d .whl humming-kernels==0.1.19 packaging` if it is gone). With
 # CHORD_COMMIT=<main's short sha>, one call each, in this order:
-#   -1. gv59 (~4 min, either GPU): its stream-K GPU tests, mma_sk sanitizer cases, do_bench ABBA
-#      against main on EP8 T=8/20/32 (grouped, both forms) and indexed EP8 T=32 / TP8 T=128;
-#      if it lands, mainchk with SAN_CASES="mma_sk grouped:decode"
 #   0. after a kernel change: mainchk (~3 min, either GPU; SAN_CASES names the change's sanitizer
 #      cases): main's whole GPU suite, memcheck and racecheck
 #   1. on an H200: install grpgrid (~5 min): the grouped grid with grouped v46-v49, v53, v55 and v57 in
@@ -297,7 +294,8 @@ for step in "$@"; do
         grouped:decode grouped:K384
       ab_sweep once_skew "--scenarios ep16,ep32 --tokens 20,32 --dists skew" main=. once=.ab/once
       ab_sweep once_uniform "--scenarios ep8,ep16,ep32 --tokens 1,8,20 --dists uniform" main=. once=.ab/once ;;
-    gv59)  # grouped-kernels.md v59: the mma stream-K tiles over deep K in column order (.ab/gv59:
+    gv59)  # (kept, not pending: v59's model puts it at <= 1 %) grouped-kernels.md v59: the mma
+      # stream-K tiles over deep K in column order (.ab/gv59:
       # `bash benchmarks/ab_tree.sh HEAD gv59 --patch benchmarks/results/sweeps/2026-12-06_gv59_column_order/gv59.diff`,
       # carried). Its stream-K GPU tests of both families and memcheck/racecheck on mma_sk and the
       # grouped decode cases (deep K, experts over one row tile) from inside the tree, then do_bench ABBA against main: grouped EP8 T=8/20/32 uniform and skewed T=20 (both
