@@ -13,11 +13,13 @@ L2_BYTES = 50 * 2**20
 
 
 def read_times(row_tiles, col_tiles, stages, grid, by_column):
-    """(row tile, column tile, stage) -> the time unit its weights are read (the mma rule: every
-    tile data-parallel only when one partial wave fills 3/4 of the grid)."""
+    """(row tile, column tile, stage) -> the time unit its weights are read (StreamKWork with the
+    mma rule over deep K: every tile data-parallel when the tiles make whole waves or one partial
+    wave fills 3/4 of the grid, else all but the last one to two waves)."""
     tiles = row_tiles * col_tiles
     waves, rem = divmod(tiles, grid)
-    dp = tiles if waves == 0 and rem * 8 >= grid * 6 else max(waves - 1, 0) * grid
+    all_whole = rem == 0 or (waves == 0 and rem * 8 >= grid * 6)
+    dp = tiles if all_whole else max(waves - 1, 0) * grid
     run = streamk_run(tiles - dp, stages, grid)
 
     def place(t):
