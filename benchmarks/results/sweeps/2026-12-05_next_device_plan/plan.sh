@@ -294,6 +294,21 @@ for step in "$@"; do
         grouped:decode grouped:K384
       ab_sweep once_skew "--scenarios ep16,ep32 --tokens 20,32 --dists skew" main=. once=.ab/once
       ab_sweep once_uniform "--scenarios ep8,ep16,ep32 --tokens 1,8,20 --dists uniform" main=. once=.ab/once ;;
+    gv60)  # grouped-kernels.md v60: the mixed-height decode tile (.ab/gv60, carried: `bash benchmarks/ab_tree.sh
+      # HEAD gv60 --patch benchmarks/results/sweeps/2026-12-06_gv60_mixed_heights/gv60.diff`). Its mixed-height GPU
+      # tests and the Kimi-shape and graph tests of the grouped family from inside the tree,
+      # memcheck and racecheck on its two sanitizer cases, then do_bench ABBA against main on
+      # the EP8 decode points it takes (T=20/32 uniform and skewed, both forms) with T=8 (not
+      # taken) as the control
+      tree_checks gv60 tests/gpu/test_grouped_gpu.py "mixed_height or graph_capture or deterministic" \
+        grouped:mixed-height
+      ab_sweep gv60_ep8 "--scenarios ep8 --tokens 8,20,32 --dists uniform,skew" main=. gv60=.ab/gv60 ;;
+    gv60b)  # the same A/B on the EP16 and EP32 decode points it takes (EP16 T=20, EP32 T=8; uniform and
+      # skewed) with EP32 T=20 (not taken) as the control
+      ab_sweep gv60_ep16_32 "--scenarios ep16,ep32 --tokens 8,20 --dists uniform,skew" main=. gv60=.ab/gv60 ;;
+    gv60q)  # v60 on the 4-stage ring of 128-column stages (.ab/gv60q: main + gv60q.diff, carried; the
+      # same shared memory, 3 stages in flight a CTA) against main on the EP8 points
+      ab_sweep gv60q_ep8 "--scenarios ep8 --tokens 20,32 --dists uniform,skew" main=. gv60q=.ab/gv60q ;;
     gv59)  # (kept, not pending: v59's model puts it at <= 1 %) grouped-kernels.md v59: the mma
       # stream-K tiles over deep K in column order (.ab/gv59:
       # `bash benchmarks/ab_tree.sh HEAD gv59 --patch benchmarks/results/sweeps/2026-12-06_gv59_column_order/gv59.diff`,
