@@ -5,12 +5,11 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the twenty-second session, 2026-12-06: an H100 again (no H200 came); it ran
-# mainchk at 622f7a3 (v58: 416 passed, the dual/pair/16-row sanitizer cases clean) and both H100
-# grids (grouped at 622f7a3, indexed at 8d408f2), then prepared gv59 (grouped-kernels.md v59: the
-# mma stream-K tiles over deep K in column order), which no device ran; a model of the schedule
-# then put its gain at <= 1 % (v59), so it is not worth a call). Next: on an H200 the grids. Every
-# step but gv59, abbias and hostab runs main (carry [".whl"]; `mkdir -p .whl && pip
+# Pending (after the twenty-third session, 2026-12-06: an H100 again; it ran gv60, gv60b and gv60q
+# (grouped-kernels.md v60: the mixed-height decode tile, rejected). The twenty-second session ran
+# mainchk at 622f7a3 and both H100 grids (grouped at 622f7a3, indexed at 8d408f2); gv59 (column
+# order) is kept for the record, not pending (its model put it at <= 1 %). Next: on an H200 the
+# grids. Every step but gv59, gv60*, abbias and hostab runs main (carry [".whl"]; `mkdir -p .whl && pip
 # download -q --no-deps -d .whl humming-kernels==0.1.19 packaging` if it is gone). With
 # CHORD_COMMIT=<main's short sha>, one call each, in this order:
 #   0. after a kernel change: mainchk (~3 min, either GPU; SAN_CASES names the change's sanitizer
@@ -294,7 +293,7 @@ for step in "$@"; do
         grouped:decode grouped:K384
       ab_sweep once_skew "--scenarios ep16,ep32 --tokens 20,32 --dists skew" main=. once=.ab/once
       ab_sweep once_uniform "--scenarios ep8,ep16,ep32 --tokens 1,8,20 --dists uniform" main=. once=.ab/once ;;
-    gv60)  # grouped-kernels.md v60: the mixed-height decode tile (.ab/gv60, carried: `bash benchmarks/ab_tree.sh
+    gv60)  # (ran 2026-12-06, H100: rejected) grouped-kernels.md v60: the mixed-height decode tile (.ab/gv60, carried: `bash benchmarks/ab_tree.sh
       # HEAD gv60 --patch benchmarks/results/sweeps/2026-12-06_gv60_mixed_heights/gv60.diff`). Its mixed-height GPU
       # tests and the Kimi-shape and graph tests of the grouped family from inside the tree,
       # memcheck and racecheck on its two sanitizer cases, then do_bench ABBA against main on
