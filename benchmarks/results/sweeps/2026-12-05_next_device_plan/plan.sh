@@ -308,6 +308,22 @@ for step in "$@"; do
     gv60q)  # v60 on the 4-stage ring of 128-column stages (.ab/gv60q: main + gv60q.diff, carried; the
       # same shared memory, 3 stages in flight a CTA) against main on the EP8 points
       ab_sweep gv60q_ep8 "--scenarios ep8 --tokens 20,32 --dists uniform,skew" main=. gv60q=.ab/gv60q ;;
+    ring4)  # (experiment, not for main) the 8 x 128 decode tile's finer rings at 4 CTAs an SM, as
+      # Humming's decode runs (8 x 128 x 64, 4 stages, 4 an SM): .ab/ring4 (main + ring4.diff,
+      # carried) under CHORD_EXP_RING4=1 admits 64 x 4, 128 x 3 and 64 x 6 at 4 CTAs an SM; the grouped
+      # 2-stage ring's place by CHORD_EXP_SHALLOW_RING, the indexed tile's by CHORD_W4A16_TUNING.
+      # do_bench, main first and last (indexed-kernels.md v52 measured them at 3 CTAs an SM only)
+      t=$PWD/.ab/ring4; base="PYTHONPATH=$t/packages/chord-runtime:CHORD_CSRC_DIR=$t/csrc:CHORD_EXP_RING4=1"
+      OUT=$D/ring4_grouped SWEEP_BUDGET_S=60 timeout 260 bash benchmarks/sweep.sh --family grouped --scenarios ep8,ep16 \
+        --tokens 8,20,32 --dists uniform -- main "r64x4:$base:CHORD_EXP_SHALLOW_RING=64,4" \
+        "r128x3:$base:CHORD_EXP_SHALLOW_RING=128,3" "r64x6:$base:CHORD_EXP_SHALLOW_RING=64,6" main2 \
+        > "$D/ring4_grouped.log" 2>&1
+      st ring4_grouped $?; grep -i "sum" "$D/ring4_grouped/sweep_table.md" | head -24
+      OUT=$D/ring4_indexed SWEEP_BUDGET_S=60 timeout 260 bash benchmarks/sweep.sh --family indexed --scenarios ep8,tp8 \
+        --tokens 8,20,32,128 --dists uniform -- main "i64x4:$base:CHORD_W4A16_TUNING=STAGE_K=64,STAGES=4" \
+        "i128x3:$base:CHORD_W4A16_TUNING=STAGE_K=128,STAGES=3" "i64x6:$base:CHORD_W4A16_TUNING=STAGE_K=64,STAGES=6" main2 \
+        > "$D/ring4_indexed.log" 2>&1
+      st ring4_indexed $?; grep -i "sum" "$D/ring4_indexed/sweep_table.md" | head -24 ;;
     gv59)  # (kept, not pending: v59's model puts it at <= 1 %) grouped-kernels.md v59: the mma
       # stream-K tiles over deep K in column order (.ab/gv59:
       # `bash benchmarks/ab_tree.sh HEAD gv59 --patch benchmarks/results/sweeps/2026-12-06_gv59_column_order/gv59.diff`,
