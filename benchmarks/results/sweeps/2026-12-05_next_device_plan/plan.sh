@@ -6,7 +6,8 @@
 # where each ran and what it decided is in README.md beside this file.
 #
 # Pending (after the twenty-third session, 2026-12-06: an H100 again; it ran gv60, gv60b and gv60q
-# (grouped-kernels.md v60: the mixed-height decode tile, rejected). The twenty-second session ran
+# (grouped-kernels.md v60: the mixed-height decode tile, rejected) and ring4 (indexed-kernels.md
+# v68: the decode tile's finer rings at 4 CTAs an SM, rejected). The twenty-second session ran
 # mainchk at 622f7a3 and both H100 grids (grouped at 622f7a3, indexed at 8d408f2); gv59 (column
 # order) is kept for the record, not pending (its model put it at <= 1 %). Next: on an H200 the
 # grids. Every step but gv59, gv60*, abbias and hostab runs main (carry [".whl"]; `mkdir -p .whl && pip
@@ -308,7 +309,7 @@ for step in "$@"; do
     gv60q)  # v60 on the 4-stage ring of 128-column stages (.ab/gv60q: main + gv60q.diff, carried; the
       # same shared memory, 3 stages in flight a CTA) against main on the EP8 points
       ab_sweep gv60q_ep8 "--scenarios ep8 --tokens 20,32 --dists uniform,skew" main=. gv60q=.ab/gv60q ;;
-    ring4)  # (experiment, not for main) the 8 x 128 decode tile's finer rings at 4 CTAs an SM, as
+    ring4)  # (ran 2026-12-06, H100: rejected; experiment, not for main) the 8 x 128 decode tile's finer rings at 4 CTAs an SM, as
       # Humming's decode runs (8 x 128 x 64, 4 stages, 4 an SM): .ab/ring4 (main + ring4.diff,
       # carried) under CHORD_EXP_RING4=1 admits 64 x 4, 128 x 3 and 64 x 6 at 4 CTAs an SM; the grouped
       # 2-stage ring's place by CHORD_EXP_SHALLOW_RING, the indexed tile's by CHORD_W4A16_TUNING.
