@@ -325,6 +325,17 @@ for step in "$@"; do
         "i128x3:$base:CHORD_W4A16_TUNING=STAGE_K=128,STAGES=3" "i64x6:$base:CHORD_W4A16_TUNING=STAGE_K=64,STAGES=6" main2 \
         > "$D/ring4_indexed.log" 2>&1
       st ring4_indexed $?; grep -i "sum" "$D/ring4_indexed/sweep_table.md" | head -24 ;;
+    smspread)  # the decode gap's lead (grouped-kernels.md v60, indexed v68): ours against Humming on
+      # grouped EP8 T=32 gate_up (offsets form / grouped_contiguous), ncu full set with the SMs'
+      # balance (sm__cycles_active min / avg / max); the raw page holds the L2 fabric (cross-partition)
+      # sectors. The reports' large files are dropped before the tar
+      for side in chord humming; do
+        NCU_METRICS=sm__cycles_active.max,sm__cycles_active.min,sm__cycles_active.avg OUT=$D/smspread \
+          timeout 250 bash benchmarks/ncu_point.sh $side ep8 32 gate_up uniform -- --family grouped \
+          --paths grouped_contiguous > "$D/smspread_$side.log" 2>&1
+        st "smspread_$side" $?; tail -14 "$D/smspread_$side.log"
+      done
+      rm -f "$D"/smspread/*.ncu-rep "$D"/smspread/*.sass.csv ;;
     gv59)  # (kept, not pending: v59's model puts it at <= 1 %) grouped-kernels.md v59: the mma
       # stream-K tiles over deep K in column order (.ab/gv59:
       # `bash benchmarks/ab_tree.sh HEAD gv59 --patch benchmarks/results/sweeps/2026-12-06_gv59_column_order/gv59.diff`,
