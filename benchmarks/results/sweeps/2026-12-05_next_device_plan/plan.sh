@@ -6,8 +6,11 @@
 # where each ran and what it decided is in README.md beside this file.
 #
 # Pending (after the twenty-third session, 2026-12-06: an H100 again; it ran gv60, gv60b and gv60q
-# (grouped-kernels.md v60: the mixed-height decode tile, rejected) and ring4 (indexed-kernels.md
-# v68: the decode tile's finer rings at 4 CTAs an SM, rejected). The twenty-second session ran
+# (grouped-kernels.md v60: the mixed-height decode tile, rejected), ring4 (indexed-kernels.md
+# v68: the decode tile's finer rings at 4 CTAs an SM, rejected) and smspread (grouped v61: ncu
+# beside Humming). First next, on either GPU: dprem (~2 min, carry [".whl", ".ab/dprem"]; `bash
+# benchmarks/ab_tree.sh HEAD dprem --patch benchmarks/results/sweeps/2026-12-06_dprem_remainder_streamk/dprem.diff`):
+# v61's lead, prepared and not run (the budget ran out). The twenty-second session ran
 # mainchk at 622f7a3 and both H100 grids (grouped at 622f7a3, indexed at 8d408f2); gv59 (column
 # order) is kept for the record, not pending (its model put it at <= 1 %). Next: on an H200 the
 # grids. Every step but gv59, gv60*, abbias and hostab runs main (carry [".whl"]; `mkdir -p .whl && pip
