@@ -299,7 +299,7 @@ for step in "$@"; do
       ab_sweep once_uniform "--scenarios ep8,ep16,ep32 --tokens 1,8,20 --dists uniform" main=. once=.ab/once ;;
     gv60)  # (ran 2026-12-06, H100: rejected) grouped-kernels.md v60: the mixed-height decode tile (.ab/gv60, carried: `bash benchmarks/ab_tree.sh
       # HEAD gv60 --patch benchmarks/results/sweeps/2026-12-06_gv60_mixed_heights/gv60.diff`). Its mixed-height GPU
-      # tests and the Kimi-shape and graph tests of the grouped family from inside the tree,
+      # tests and the grouped graph-capture and determinism tests from inside the tree,
       # memcheck and racecheck on its two sanitizer cases, then do_bench ABBA against main on
       # the EP8 decode points it takes (T=20/32 uniform and skewed, both forms) with T=8 (not
       # taken) as the control
@@ -328,7 +328,7 @@ for step in "$@"; do
         "i128x3:$base:CHORD_W4A16_TUNING=STAGE_K=128,STAGES=3" "i64x6:$base:CHORD_W4A16_TUNING=STAGE_K=64,STAGES=6" main2 \
         > "$D/ring4_indexed.log" 2>&1
       st ring4_indexed $?; grep -i "sum" "$D/ring4_indexed/sweep_table.md" | head -24 ;;
-    smspread)  # the decode gap's lead (grouped-kernels.md v60, indexed v68): ours against Humming on
+    smspread)  # (ran 2026-12-06, H100: grouped-kernels.md v61) the decode gap's lead (grouped-kernels.md v60, indexed v68): ours against Humming on
       # grouped EP8 T=32 gate_up (offsets form / grouped_contiguous), ncu full set with the SMs'
       # balance (sm__cycles_active min / avg / max); the raw page holds the L2 fabric (cross-partition)
       # sectors. The reports' large files are dropped before the tar
