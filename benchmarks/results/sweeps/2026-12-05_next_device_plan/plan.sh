@@ -309,7 +309,7 @@ for step in "$@"; do
     gv60b)  # the same A/B on the EP16 and EP32 decode points it takes (EP16 T=20, EP32 T=8; uniform and
       # skewed) with EP32 T=20 (not taken) as the control
       ab_sweep gv60_ep16_32 "--scenarios ep16,ep32 --tokens 8,20 --dists uniform,skew" main=. gv60=.ab/gv60 ;;
-    gv60q)  # v60 on the 4-stage ring of 128-column stages (.ab/gv60q: main + gv60q.diff, carried; the
+    gv60q)  # v60 on the 4-stage ring of 128-column stages (.ab/gv60q: main + gv60.diff with two constants changed, README there; carried; the
       # same shared memory, 3 stages in flight a CTA) against main on the EP8 points
       ab_sweep gv60q_ep8 "--scenarios ep8 --tokens 20,32 --dists uniform,skew" main=. gv60q=.ab/gv60q ;;
     ring4)  # (ran 2026-12-06, H100: rejected; experiment, not for main) the 8 x 128 decode tile's finer rings at 4 CTAs an SM, as
