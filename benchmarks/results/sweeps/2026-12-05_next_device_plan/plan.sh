@@ -342,8 +342,12 @@ for step in "$@"; do
     dprem)  # grouped-kernels.md v61's lead (experiment): the mma stream-K tile with every whole wave
       # data-parallel and only the last partial wave stream-K, as Humming splits (.ab/dprem: main +
       # dprem.diff, carried), do_bench ABBA against main at grouped EP8 T=32 (both forms; each
-      # checked call compares with the reference)
-      ab_sweep dprem_ep8 "--scenarios ep8 --tokens 32 --dists uniform" main=. dprem=.ab/dprem ;;
+      # checked call compares with the reference); then the other decode points the split reaches
+      # (whole waves of the mma tile with a partial wave over a tenth of the grid): grouped EP8 T=8/20
+      # and EP16 T=20, indexed EP8 T=32
+      ab_sweep dprem_ep8 "--scenarios ep8 --tokens 32 --dists uniform" main=. dprem=.ab/dprem
+      ab_sweep dprem_more "--scenarios ep8,ep16 --tokens 8,20 --dists uniform" main=. dprem=.ab/dprem
+      ab_sweep dprem_idx "--family indexed --scenarios ep8 --tokens 32 --dists uniform" main=. dprem=.ab/dprem ;;
     gv59)  # (kept, not pending: v59's model puts it at <= 1 %) grouped-kernels.md v59: the mma
       # stream-K tiles over deep K in column order (.ab/gv59:
       # `bash benchmarks/ab_tree.sh HEAD gv59 --patch benchmarks/results/sweeps/2026-12-06_gv59_column_order/gv59.diff`,
