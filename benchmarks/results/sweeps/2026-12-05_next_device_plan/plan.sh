@@ -342,12 +342,17 @@ for step in "$@"; do
     dprem)  # grouped-kernels.md v61's lead (experiment): the mma stream-K tile with every whole wave
       # data-parallel and only the last partial wave stream-K, as Humming splits (.ab/dprem: main +
       # dprem.diff, carried), do_bench ABBA against main at grouped EP8 T=32 (both forms; each
-      # checked call compares with the reference); then the other decode points the split reaches
-      # (whole waves of the mma tile with a partial wave over a tenth of the grid): grouped EP8 T=8/20
-      # and EP16 T=20, indexed EP8 T=32
+      # checked call compares with the reference), and indexed EP8 T=32
       ab_sweep dprem_ep8 "--scenarios ep8 --tokens 32 --dists uniform" main=. dprem=.ab/dprem
-      ab_sweep dprem_more "--scenarios ep8,ep16 --tokens 8,20 --dists uniform" main=. dprem=.ab/dprem
       ab_sweep dprem_idx "--family indexed --scenarios ep8 --tokens 32 --dists uniform" main=. dprem=.ab/dprem ;;
+    dpremwide)  # after dprem, if it gains: the other decode points the split reaches (whole waves of
+      # the mma tile and a partial wave over a tenth of the grid), grouped EP8 T=8/20 and EP16 T=20
+      ab_sweep dprem_more "--scenarios ep8,ep16 --tokens 8,20 --dists uniform" main=. dprem=.ab/dprem ;;
+    l2pf)  # grouped-kernels.md v62 (experiment): every cp.async with the .L2::256B prefetch size, as
+      # Humming's loads (.ab/l2pf: main + l2pf.diff, carried): do_bench ABBA against main at grouped
+      # EP8 T=20/32 (both forms), indexed EP8 T=32 and TP8 T=1
+      ab_sweep l2pf_grouped "--scenarios ep8 --tokens 20,32 --dists uniform" main=. l2pf=.ab/l2pf
+      ab_sweep l2pf_indexed "--family indexed --scenarios ep8,tp8 --tokens 1,32 --dists uniform" main=. l2pf=.ab/l2pf ;;
     gv59)  # (kept, not pending: v59's model puts it at <= 1 %) grouped-kernels.md v59: the mma
       # stream-K tiles over deep K in column order (.ab/gv59:
       # `bash benchmarks/ab_tree.sh HEAD gv59 --patch benchmarks/results/sweeps/2026-12-06_gv59_column_order/gv59.diff`,
