@@ -4,6 +4,7 @@ of the profiles' mma-tile kernels for Blackwell (sm_100a, sm_103a)."""
 
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -208,3 +209,38 @@ def test_mma_smem_bytes_is_the_struct_size(tmp_path, real_nvcc):
     sizes = _struct_sizes(real_nvcc, tmp_path, "common/w4a16_mma_tile.cuh",
                           [f"chord::MmaTile<{nt}, {tt}, {sk}, {st}, {bk}>::Smem" for nt, tt, sk, st, bk in configs])
     assert sizes == [mma_smem_bytes(nt, tt, sk, st) for nt, tt, sk, st, _ in configs]
+
+
+def _evict_first_ptx(nvcc: str, tmp_path, *flags: str) -> str:
+    """The PTX of one cp_async_16_evict_first (common/mma_sm80.cuh), compiled with ``flags``."""
+    src = tmp_path / "evict_first.cu"
+    src.write_text('#include "common/mma_sm80.cuh"\n'
+                   "__global__ void copy(const int4* g) {\n  __shared__ int4 s[32];\n"
+                   "  chord::cp_async_16_evict_first(&s[threadIdx.x], g + threadIdx.x, 16);\n"
+                   "  chord::cp_async_commit();\n  chord::cp_async_wait<0>();\n}\n")
+    out = tmp_path / "evict_first.ptx"
+    subprocess.run([nvcc, "-ptx", "-std=c++17", *compiler.gencode_flags("sm_90a"), f"-I{csrc_dir()}", *flags,
+                    str(src), "-o", str(out)], check=True, capture_output=True)
+    return out.read_text()
+
+
+def test_evict_first_copy_drops_its_cache_hint_where_ptxas_miscompiles_it(tmp_path, real_nvcc):
+    """ptxas 13.1-13.3 can drop the createpolicy feeding a cp.async's L2 cache hint (an illegal-
+    instruction trap at run time): those compilers build the plain copy. The version rule, checked
+    at compile time, and both builds of the copy."""
+    rule = tmp_path / "rule.cu"
+    rule.write_text('#include "common/mma_sm80.cuh"\n'
+                    "static_assert(CHORD_PTXAS_DROPS_CACHE_POLICY(13, 1) && CHORD_PTXAS_DROPS_CACHE_POLICY(13, 3));\n"
+                    "static_assert(!CHORD_PTXAS_DROPS_CACHE_POLICY(13, 0) && !CHORD_PTXAS_DROPS_CACHE_POLICY(13, 4));\n"
+                    "static_assert(!CHORD_PTXAS_DROPS_CACHE_POLICY(12, 9) && !CHORD_PTXAS_DROPS_CACHE_POLICY(14, 1));\n")
+    subprocess.run([real_nvcc, "-c", "-std=c++17", *compiler.gencode_flags("sm_90a"), f"-I{csrc_dir()}", str(rule),
+                    "-o", str(tmp_path / "rule.o")], check=True, capture_output=True)
+    hinted = _evict_first_ptx(real_nvcc, tmp_path, "-DCHORD_CP_ASYNC_CACHE_HINT=1")
+    plain = _evict_first_ptx(real_nvcc, tmp_path, "-DCHORD_CP_ASYNC_CACHE_HINT=0")
+    assert "createpolicy.fractional.L2::evict_first" in hinted and "L2::cache_hint" in hinted
+    assert "createpolicy" not in plain and "cache_hint" not in plain and "cp.async.cg.shared.global" in plain
+    version = subprocess.run([real_nvcc, "--version"], capture_output=True, text=True, check=True).stdout
+    release = re.search(r"release (\d+)\.(\d+)", version)
+    default = _evict_first_ptx(real_nvcc, tmp_path)
+    drops = release is not None and (int(release[1]), int(release[2])) in {(13, 1), (13, 2), (13, 3)}
+    assert ("createpolicy" in default) != drops, version

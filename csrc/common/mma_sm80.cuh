@@ -67,15 +67,35 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int sr
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
 }
 
+// ptxas 13.1 to 13.3 can drop the createpolicy that feeds a cp.async's L2 cache hint and keep the
+// copy, which then reads an unset uniform register as its policy: an illegal-instruction trap at
+// run time (reported on sm_90 with 13.1 and 13.3.33; fixed in ptxas 13.4.59). Those compilers get
+// the plain copy: the weights then take L2's normal policy, slower at T=1, never wrong. 13.0 is
+// the toolchain our GPU suite and compute-sanitizer run with. -DCHORD_CP_ASYNC_CACHE_HINT=0/1
+// overrides the choice (tests/test_jit.py compiles both).
+#define CHORD_PTXAS_DROPS_CACHE_POLICY(major, minor) ((major) == 13 && (minor) >= 1 && (minor) <= 3)
+#ifndef CHORD_CP_ASYNC_CACHE_HINT
+#if defined(__CUDACC_VER_MAJOR__) && CHORD_PTXAS_DROPS_CACHE_POLICY(__CUDACC_VER_MAJOR__, __CUDACC_VER_MINOR__)
+#define CHORD_CP_ASYNC_CACHE_HINT 0
+#else
+#define CHORD_CP_ASYNC_CACHE_HINT 1
+#endif
+#endif
+
 // cp_async_16 whose L2 line is the first to be evicted: a weight stream read once a call then
 // leaves L2 to what the kernels around it keep there, dirty lines among them, whose write-back
 // would otherwise share this call's HBM time (indexed-kernels.md v67). The policy is made inside
-// the asm (a uniform constant in SASS), so no 64-bit register lives across the loop.
+// the asm (a uniform constant in SASS), so no 64-bit register lives across the loop. A plain
+// cp_async_16 where the compiler miscompiles the hint (CHORD_CP_ASYNC_CACHE_HINT above).
 __device__ __forceinline__ void cp_async_16_evict_first(void* smem, const void* gmem, int src_bytes) {
+#if CHORD_CP_ASYNC_CACHE_HINT
   const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile(
       "{\n.reg .b64 policy;\ncreatepolicy.fractional.L2::evict_first.b64 policy, 1.0;\n"
       "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, policy;\n}\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+#else
+  cp_async_16(smem, gmem, src_bytes);
+#endif
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
