@@ -352,7 +352,10 @@ for step in "$@"; do
       # Humming's loads (.ab/l2pf: main + l2pf.diff, carried): do_bench ABBA against main at grouped
       # EP8 T=20/32 (both forms), indexed EP8 T=32 and TP8 T=1
       ab_sweep l2pf_grouped "--scenarios ep8 --tokens 20,32 --dists uniform" main=. l2pf=.ab/l2pf
-      ab_sweep l2pf_indexed "--family indexed --scenarios ep8,tp8 --tokens 1,32 --dists uniform" main=. l2pf=.ab/l2pf ;;
+      ab_sweep l2pf_indexed "--family indexed --scenarios ep8,tp8 --tokens 1,32 --dists uniform" main=. l2pf=.ab/l2pf;;
+    both)  # after dprem and l2pf, if each gains: the two together (.ab/both: main + dprem.diff +
+      # l2pf.diff, carried; `cat` the two diffs into one for ab_tree.sh), grouped EP8 T=20/32
+      ab_sweep both_grouped "--scenarios ep8 --tokens 20,32 --dists uniform" main=. both=.ab/both ;;
     gv59)  # (kept, not pending: v59's model puts it at <= 1 %) grouped-kernels.md v59: the mma
       # stream-K tiles over deep K in column order (.ab/gv59:
       # `bash benchmarks/ab_tree.sh HEAD gv59 --patch benchmarks/results/sweeps/2026-12-06_gv59_column_order/gv59.diff`,
