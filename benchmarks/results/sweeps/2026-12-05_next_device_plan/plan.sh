@@ -5,31 +5,26 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the twenty-third session, 2026-12-06: an H100 again; it ran gv60, gv60b and gv60q
-# (grouped-kernels.md v60: the mixed-height decode tile, rejected), ring4 (indexed-kernels.md
-# v68: the decode tile's finer rings at 4 CTAs an SM, rejected) and smspread (grouped v61: ncu
-# beside Humming). First next, on either GPU: dprem (~2 min, carry [".whl", ".ab/dprem"]; `bash
-# benchmarks/ab_tree.sh HEAD dprem --patch benchmarks/results/sweeps/2026-12-06_dprem_remainder_streamk/dprem.diff`):
-# v61's lead, prepared and not run (the budget ran out). The twenty-second session ran
-# mainchk at 622f7a3 and both H100 grids (grouped at 622f7a3, indexed at 8d408f2); gv59 (column
-# order) is kept for the record, not pending (its model put it at <= 1 %). Next: on an H200 the
-# grids. Every step but gv59, gv60*, abbias and hostab runs main (carry [".whl"]; `mkdir -p .whl && pip
+# Pending (after the twenty-fourth session, 2026-12-06: an H200 came, for the first time in eleven
+# sessions, after five refused starts (~900 s of the budget). It ran dprem and l2pf (grouped-kernels.md
+# v61's lead and v62: both slower, rejected; dpremwide and both are not needed) and both H200
+# grids at b0cbab7 (grpgrid, idxgrid). gv59 (column order) is kept for the record, not pending.
+# Every step but gv59, gv60*, abbias and hostab runs main (carry [".whl"]; `mkdir -p .whl && pip
 # download -q --no-deps -d .whl humming-kernels==0.1.19 packaging` if it is gone). With
 # CHORD_COMMIT=<main's short sha>, one call each, in this order:
 #   0. after a kernel change: mainchk (~3 min, either GPU; SAN_CASES names the change's sanitizer
 #      cases): main's whole GPU suite, memcheck and racecheck
-#   1. on an H200: install grpgrid (~5 min): the grouped grid with grouped v46-v49, v53, v55 and v57 in
-#      (docs/performance.md's grouped H200 table is at 7515572, before v47)
-#   2. on an H200: idxgrid (~2.5 min): the indexed grid (since 7515572: v65, v67)
-#   3. on an H200: abbias (~5 min, carry [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`):
+#   1. on an H200: abbias (~5 min, carry [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`):
 #      the immediate 136 bias against main, ncu ABBA (indexed-kernels.md v62/v63)
-#   4. on an H200: midprof (~3 min): where EP8 T=128 gate_up's ~1540 cycles a stage go when its feed
+#   2. on an H200: midprof (~3 min): where EP8 T=128 gate_up's ~1540 cycles a stage go when its feed
 #      alone takes ~1180 and its k loop alone 1084 (indexed-kernels.md v60, v63)
-#   5. hostab (~2 min, carry [".whl", ".ab/3909673"]; HOST_BASE=3909673) on the H200 host
+#   3. hostab (~2 min, carry [".whl", ".ab/3909673"]; HOST_BASE=3909673) on the H200 host
+#   grpgrid (~5.5 min) and idxgrid (~2 min) after the next kernel change (the H200 tables are at b0cbab7)
 # To spend an H100 call only where an H200 came: start the command with
 #   nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || exit 0
 # (it cost ~30 s of device time on an H100 this session).
-# gv57 and gv58 ran (grouped-kernels.md v57, v58): their steps are in git history at d545284.
+# gv57 and gv58 ran (grouped-kernels.md v57, v58): their steps are in git history at d545284; dprem,
+# dpremwide, l2pf and both (grouped v61, v62) at 9e39f03.
 # The steps v67once, v67efw and v68last stay below for their trees (.ab/once: main + once.diff;
 # .ab/efw2: `ab_tree.sh 2a92966 efw2 --patch .../efw2.diff`, which no longer applies to main's
 # launch.py comment; .ab/last: main + ../2026-12-06_h100_v68_last_tile/last.diff).
@@ -339,23 +334,6 @@ for step in "$@"; do
         st "smspread_$side" $?; tail -14 "$D/smspread_$side.log"
       done
       rm -f "$D"/smspread/*.ncu-rep "$D"/smspread/*.sass.csv ;;
-    dprem)  # grouped-kernels.md v61's lead (experiment): the mma stream-K tile with every whole wave
-      # data-parallel and only the last partial wave stream-K, as Humming splits (.ab/dprem: main +
-      # dprem.diff, carried), do_bench ABBA against main at grouped EP8 T=32 (both forms; each
-      # checked call compares with the reference), and indexed EP8 T=32
-      ab_sweep dprem_ep8 "--scenarios ep8 --tokens 32 --dists uniform" main=. dprem=.ab/dprem
-      ab_sweep dprem_idx "--family indexed --scenarios ep8 --tokens 32 --dists uniform" main=. dprem=.ab/dprem ;;
-    dpremwide)  # after dprem, if it gains: the other decode points the split reaches (whole waves of
-      # the mma tile and a partial wave over a tenth of the grid), grouped EP8 T=8/20 and EP16 T=20
-      ab_sweep dprem_more "--scenarios ep8,ep16 --tokens 8,20 --dists uniform" main=. dprem=.ab/dprem ;;
-    l2pf)  # grouped-kernels.md v62 (experiment): every cp.async with the .L2::256B prefetch size, as
-      # Humming's loads (.ab/l2pf: main + l2pf.diff, carried): do_bench ABBA against main at grouped
-      # EP8 T=20/32 (both forms), indexed EP8 T=32 and TP8 T=1
-      ab_sweep l2pf_grouped "--scenarios ep8 --tokens 20,32 --dists uniform" main=. l2pf=.ab/l2pf
-      ab_sweep l2pf_indexed "--family indexed --scenarios ep8,tp8 --tokens 1,32 --dists uniform" main=. l2pf=.ab/l2pf;;
-    both)  # after dprem and l2pf, if each gains: the two together (.ab/both: main + dprem.diff +
-      # l2pf.diff, carried; `cat` the two diffs into one for ab_tree.sh), grouped EP8 T=20/32
-      ab_sweep both_grouped "--scenarios ep8 --tokens 20,32 --dists uniform" main=. both=.ab/both ;;
     gv59)  # (kept, not pending: v59's model puts it at <= 1 %) grouped-kernels.md v59: the mma
       # stream-K tiles over deep K in column order (.ab/gv59:
       # `bash benchmarks/ab_tree.sh HEAD gv59 --patch benchmarks/results/sweeps/2026-12-06_gv59_column_order/gv59.diff`,
