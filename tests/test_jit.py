@@ -1,6 +1,7 @@
 """JIT: cache keys, the header closure, one compile across processes, atomic results, errors,
 and the CI compile check (real nvcc, sm_90a) of every kernel the default profiles can pick, and
-of the profiles' mma-tile kernels for Blackwell (sm_100a, sm_103a)."""
+of the profiles' mma-tile kernels for Blackwell (sm_100a, sm_103a); the evict-first copy's build
+under the ptxas versions that miscompile its cache hint."""
 
 import dataclasses
 import os
