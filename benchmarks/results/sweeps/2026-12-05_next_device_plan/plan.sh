@@ -6,8 +6,8 @@
 # where each ran and what it decided is in README.md beside this file.
 #
 # Pending (after the twenty-fourth session, 2026-12-06: an H200 came, for the first time in eleven
-# sessions, after seven refused starts (856 s of the budget with three calls in refusal windows). It ran dprem and l2pf (grouped-kernels.md
-# v61's lead and v62: both slower, rejected; dpremwide and both are not needed) and both H200
+# sessions, after seven refused starts: 856 s of the budget, with three calls in refusal windows).
+# It ran dprem and l2pf (grouped-kernels.md v61's lead and v62: both slower, rejected) and both H200
 # grids at b0cbab7 (grpgrid, idxgrid). gv59 (column order) is kept for the record, not pending.
 # Every step but gv59, gv60*, abbias and hostab runs main (carry [".whl"]; `mkdir -p .whl && pip
 # download -q --no-deps -d .whl humming-kernels==0.1.19 packaging` if it is gone). With
