@@ -370,6 +370,32 @@ for step in "$@"; do
         wgmma wgmma_sk grouped:wgmma grouped:24
       ab_sweep efw_grouped "--scenarios ep16,ep32 --tokens 20,32,64 --dists uniform" once=.ab/once efw2=.ab/efw2
       ab_sweep efw_indexed "--family indexed --scenarios ep8,tp8 --tokens 128,512,2048 --dists uniform" once=.ab/once efw2=.ab/efw2 ;;
+    dnstore)  # the H200's mid-batch down gap (indexed EP8 T=64/128 down 4-5 % behind Humming's while
+      # our gate_up leads): main against its no-store build (CHORD_DIAG_NO_STORE=1: the epilogue's
+      # writes skipped), ncu ABBA at the clocks do_bench sees, indexed EP8 T=64/128 down, uniform and
+      # skewed (~2 min). What the epilogue costs a 32-stage tile (the 4-warpgroup loop stores on its
+      # consumers, between one tile's last wgmma and the next's first)
+      AB_ENV_nostore="CHORD_DIAG_NO_STORE=1" AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh \
+        "$D/ab_nostore" indexed "--scenarios ep8 --tokens 64,128 --dists uniform,skew --projections down" base=. nostore=.
+      st dnstore $? ;;
+    ts8nchk)  # ts8n (.ab/ts8n, carried: main + ../2026-12-06_ts8n_cwg4_tail_pieces/ts8n.diff): the 4-warpgroup
+      # tile loop's split tail in pieces of 8+ stages (v58's rule on the 512-row tiles only); the
+      # tile-loop GPU tests of both families from its tree (the quarter-tail test among them), then
+      # memcheck and racecheck on the grouped split-tail and 4-warpgroup cases (~3 min)
+      tree_checks ts8n "tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py" \
+        "tile_loop or (prefill_blocks and (auto or wgmma))" "grouped:split tail" "grouped:4-warpgroup" ;;
+    abts8n)  # ts8n against main, ncu ABBA at the clocks do_bench sees: the down points whose 4-warpgroup
+      # last wave it cuts finer (indexed EP8 T=64/128 uniform and skewed; grouped EP8/EP16 T=128 and
+      # EP32 T=64) (~3 min)
+      if grep -Eq "^ts8n_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abts8n_skipped 1
+      else
+        AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_ts8n_indexed" indexed \
+          "--scenarios ep8 --tokens 64,128 --dists uniform,skew --projections down" base=. ts8n=.ab/ts8n
+        st abts8n_indexed $?
+        AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_ts8n_grouped" grouped \
+          "--scenarios ep8,ep16,ep32 --tokens 64,128 --dists uniform --projections down" base=. ts8n=.ab/ts8n
+        st abts8n_grouped $?
+      fi ;;
     hostab)  # host overhead a call (benchmarks/host_overhead.py, main's script), the tree .ab/$HOST_BASE
       # (carried; its launcher copied in by install) against main, base main three times, each on one core
       for i in 1 2 3; do
@@ -392,7 +418,7 @@ names = list(runs["main_1"])
 print("entry " + " ".join(runs), *(f"{n} " + " ".join(f"{r.get(n, float('nan')):.2f}" for r in runs.values()) for n in names), sep="\n")
 PY
       ;;
-    *) echo "unknown step $step (mainchk v67once v67efw v68last hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
+    *) echo "unknown step $step (dnstore ts8nchk abts8n mainchk v67once v67efw v68last hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
