@@ -385,17 +385,18 @@ for step in "$@"; do
       tree_checks ts8n "tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py" \
         "tile_loop or (prefill_blocks and (auto or wgmma))" "grouped:split tail" "grouped:4-warpgroup" ;;
     abts8n)  # ts8n against main, ncu ABBA at the clocks do_bench sees: the down points whose 4-warpgroup
-      # last wave it cuts finer (indexed EP8 T=64/128 uniform and skewed; grouped EP8/EP16 T=128 and
-      # EP32 T=64) (~3 min)
+      # last wave it cuts finer: indexed EP8 T=64/128 down, uniform and skewed (~2 min)
       if grep -Eq "^ts8n_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abts8n_skipped 1
       else
         AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_ts8n_indexed" indexed \
           "--scenarios ep8 --tokens 64,128 --dists uniform,skew --projections down" base=. ts8n=.ab/ts8n
         st abts8n_indexed $?
-        AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_ts8n_grouped" grouped \
-          "--scenarios ep8,ep16,ep32 --tokens 64,128 --dists uniform --projections down" base=. ts8n=.ab/ts8n
-        st abts8n_grouped $?
       fi ;;
+    abts8ng)  # abts8n's grouped points: offsets form, EP8/EP16 T=128 and EP32 T=64 down (~2 min)
+      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_ts8n_grouped" grouped \
+        "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens 64,128 --dists uniform --projections down" \
+        base=. ts8n=.ab/ts8n
+      st abts8n_grouped $? ;;
     hostab)  # host overhead a call (benchmarks/host_overhead.py, main's script), the tree .ab/$HOST_BASE
       # (carried; its launcher copied in by install) against main, base main three times, each on one core
       for i in 1 2 3; do
@@ -418,7 +419,7 @@ names = list(runs["main_1"])
 print("entry " + " ".join(runs), *(f"{n} " + " ".join(f"{r.get(n, float('nan')):.2f}" for r in runs.values()) for n in names), sep="\n")
 PY
       ;;
-    *) echo "unknown step $step (dnstore ts8nchk abts8n mainchk v67once v67efw v68last hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
+    *) echo "unknown step $step (dnstore ts8nchk abts8n abts8ng mainchk v67once v67efw v68last hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
