@@ -378,6 +378,26 @@ for step in "$@"; do
       AB_ENV_nostore="CHORD_DIAG_NO_STORE=1" AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh \
         "$D/ab_nostore" indexed "--scenarios ep8 --tokens 64,128 --dists uniform,skew --projections down" base=. nostore=.
       st dnstore $? ;;
+    s4t8chk)  # the tree .ab/s4t8 (carried: main + stg4.diff + ts8n.diff; stg4 is indexed-kernels.md v69,
+      # the 4-warpgroup tiles' epilogue through shared memory up to 48 rows; ts8n the 8-stage tail
+      # pieces on those tiles): the whole GPU suite from the tree (4 workers), then memcheck and
+      # racecheck on the 4-warpgroup cases of both families (the tile loop, stream-K, split tails) (~5 min)
+      tree_checks s4t8 "-n 4 tests/gpu" "" wgmma wgmma_sk4 "grouped:4-warpgroup" "grouped:512 x 24" ;;
+    abstg4)  # stg4 and s4t8 against main, ncu ABBA at the clocks do_bench sees, every point whose kernel
+      # is a 4-warpgroup tile of up to 48 rows: indexed EP8 T=64/128 (uniform and skewed), TP8 T=512
+      # (gate_up: the stream-K 512 x 16 tile), grouped offsets EP8/EP16/EP32 T=64/128 (~6 min)
+      if grep -Eq "^s4t8_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abstg4_skipped 1
+      else
+        AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_stg4_indexed" indexed \
+          "--scenarios ep8 --tokens 64,128 --dists uniform,skew" base=. stg4=.ab/stg4 s4t8=.ab/s4t8
+        st abstg4_indexed $?
+        AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_stg4_tp8" indexed \
+          "--scenarios tp8 --tokens 512 --dists uniform --projections gate_up" base=. stg4=.ab/stg4
+        st abstg4_tp8 $?
+        AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_stg4_grouped" grouped \
+          "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens 64,128 --dists uniform" base=. stg4=.ab/stg4 s4t8=.ab/s4t8
+        st abstg4_grouped $?
+      fi ;;
     ts8nchk)  # ts8n (.ab/ts8n, carried: main + ../2026-12-06_ts8n_cwg4_tail_pieces/ts8n.diff): the 4-warpgroup
       # tile loop's split tail in pieces of 8+ stages (v58's rule on the 512-row tiles only); the
       # tile-loop GPU tests of both families from its tree (the quarter-tail test among them), then
@@ -419,7 +439,7 @@ names = list(runs["main_1"])
 print("entry " + " ".join(runs), *(f"{n} " + " ".join(f"{r.get(n, float('nan')):.2f}" for r in runs.values()) for n in names), sep="\n")
 PY
       ;;
-    *) echo "unknown step $step (dnstore ts8nchk abts8n abts8ng mainchk v67once v67efw v68last hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
+    *) echo "unknown step $step (s4t8chk abstg4 dnstore ts8nchk abts8n abts8ng mainchk v67once v67efw v68last hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
