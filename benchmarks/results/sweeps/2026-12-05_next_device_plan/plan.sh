@@ -391,12 +391,12 @@ for step in "$@"; do
         AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_stg4_indexed" indexed \
           "--scenarios ep8 --tokens 64,128 --dists uniform,skew" base=. stg4=.ab/stg4 s4t8=.ab/s4t8
         st abstg4_indexed $?
-        AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_stg4_tp8" indexed \
-          "--scenarios tp8 --tokens 512 --dists uniform --projections gate_up" base=. stg4=.ab/stg4
-        st abstg4_tp8 $?
         AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_stg4_grouped" grouped \
           "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens 64,128 --dists uniform" base=. stg4=.ab/stg4 s4t8=.ab/s4t8
         st abstg4_grouped $?
+        AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_stg4_tp8" indexed \
+          "--scenarios tp8 --tokens 512 --dists uniform --projections gate_up" base=. stg4=.ab/stg4
+        st abstg4_tp8 $?
       fi ;;
     ts8nchk)  # ts8n (.ab/ts8n, carried: main + ../2026-12-06_ts8n_cwg4_tail_pieces/ts8n.diff): the 4-warpgroup
       # tile loop's split tail in pieces of 8+ stages (v58's rule on the 512-row tiles only); the
