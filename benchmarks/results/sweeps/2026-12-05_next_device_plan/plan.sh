@@ -383,10 +383,13 @@ for step in "$@"; do
       # pieces on those tiles): the whole GPU suite from the tree (4 workers), then memcheck and
       # racecheck on the 4-warpgroup cases of both families (the tile loop, stream-K, split tails) (~5 min)
       tree_checks s4t8 "-n 4 tests/gpu" "" wgmma wgmma_sk4 "grouped:4-warpgroup" "grouped:512 x 24" ;;
-    stg4one)  # v69 in one call (~6 min, for a budget that allows one): the stg4 tree's whole GPU suite
-      # (4 workers), memcheck on the 4-warpgroup cases of both families, racecheck on the stream-K
-      # and grouped ones, then stg4 against main, ncu ABBA at the clocks do_bench sees, indexed EP8
-      # T=64/128 uniform and skewed
+    stg4one)  # v69 in one call (~6 min, for a budget that allows one): stg4 against main, ncu ABBA at
+      # the clocks do_bench sees, indexed EP8 T=64/128 uniform and skewed (the bench checks every
+      # call against the reference); then the stg4 tree's whole GPU suite (4 workers), memcheck on
+      # the 4-warpgroup cases of both families, racecheck on the stream-K and grouped ones
+      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_stg4_indexed" indexed \
+        "--scenarios ep8 --tokens 64,128 --dists uniform,skew" base=. stg4=.ab/stg4
+      st abstg4_indexed $?
       in_tree stg4 timeout 240 python3 -m pytest -m gpu tests/gpu -n 4 -q -p no:cacheprovider > "$D/stg4_pytest.log" 2>&1
       st stg4_pytest $?; tail -3 "$D/stg4_pytest.log"
       in_tree stg4 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
@@ -394,10 +397,7 @@ for step in "$@"; do
       st stg4_memcheck $?; tail -2 "$D/stg4_memcheck.log"
       in_tree stg4 timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
         wgmma_sk4 "grouped:4-warpgroup" > "$D/stg4_racecheck.log" 2>&1
-      st stg4_racecheck $?; tail -2 "$D/stg4_racecheck.log"
-      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_stg4_indexed" indexed \
-        "--scenarios ep8 --tokens 64,128 --dists uniform,skew" base=. stg4=.ab/stg4
-      st abstg4_indexed $? ;;
+      st stg4_racecheck $?; tail -2 "$D/stg4_racecheck.log" ;;
     abstg4)  # stg4 and s4t8 against main, ncu ABBA at the clocks do_bench sees, every point whose kernel
       # is a 4-warpgroup tile of up to 48 rows: indexed EP8 T=64/128 (uniform and skewed), TP8 T=512
       # (gate_up: the stream-K 512 x 16 tile), grouped offsets EP8/EP16/EP32 T=64/128 (~6 min)
