@@ -383,6 +383,29 @@ for step in "$@"; do
       # pieces on those tiles): the whole GPU suite from the tree (4 workers), then memcheck and
       # racecheck on the 4-warpgroup cases of both families (the tile loop, stream-K, split tails) (~5 min)
       tree_checks s4t8 "-n 4 tests/gpu" "" wgmma wgmma_sk4 "grouped:4-warpgroup" "grouped:512 x 24" ;;
+    ab6970)  # v69 and v70 against main, ncu ABBA at the clocks do_bench sees (carry [".whl", ".ab/stg4",
+      # ".ab/dfr4"]): stg4 (the 4-warpgroup tiles' epilogue staged, up to 48 rows) and dfr4 (stg4 plus
+      # the tile loop's epilogue on the producer's store warps, DEFER_STORE, on those tiles): indexed
+      # EP8 T=64/128 uniform and skewed, then grouped offsets EP8/EP16/EP32 T=64/128 (~6 min; the
+      # bench checks every call against the reference). Then the winner's checks: chk69 or chk70
+      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_6970_indexed" indexed \
+        "--scenarios ep8 --tokens 64,128 --dists uniform,skew" base=. stg4=.ab/stg4 dfr4=.ab/dfr4
+      st ab6970_indexed $?
+      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_6970_grouped" grouped \
+        "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens 64,128 --dists uniform" base=. stg4=.ab/stg4 dfr4=.ab/dfr4
+      st ab6970_grouped $? ;;
+    chk69|chk70)  # the tree's whole GPU suite (4 workers), memcheck and racecheck on the wgmma cases of
+      # both families (~5 min): chk69 on .ab/stg4, chk70 on .ab/dfr4 (its two deep-K indexed cases
+      # reach the 4-warpgroup tile loop: the sanitizer's other indexed wgmma cases are short K)
+      t=$([[ $step == chk69 ]] && echo stg4 || echo dfr4)
+      in_tree $t timeout 240 python3 -m pytest -m gpu tests/gpu -n 4 -q -p no:cacheprovider > "$D/${t}_pytest.log" 2>&1
+      st "${t}_pytest" $?; tail -3 "$D/${t}_pytest.log"
+      in_tree $t timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
+        wgmma wgmma_sk4 "grouped:4-warpgroup" "grouped:512 x 24" > "$D/${t}_memcheck.log" 2>&1
+      st "${t}_memcheck" $?; tail -2 "$D/${t}_memcheck.log"
+      in_tree $t timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
+        wgmma wgmma_sk4 "grouped:4-warpgroup" "grouped:512 x 24" > "$D/${t}_racecheck.log" 2>&1
+      st "${t}_racecheck" $?; tail -2 "$D/${t}_racecheck.log" ;;
     stg4one)  # v69 in one call (~6 min, for a budget that allows one): stg4 against main, ncu ABBA at
       # the clocks do_bench sees, indexed EP8 T=64/128 uniform and skewed (the bench checks every
       # call against the reference); then the stg4 tree's whole GPU suite (4 workers), memcheck on
@@ -454,7 +477,7 @@ names = list(runs["main_1"])
 print("entry " + " ".join(runs), *(f"{n} " + " ".join(f"{r.get(n, float('nan')):.2f}" for r in runs.values()) for n in names), sep="\n")
 PY
       ;;
-    *) echo "unknown step $step (stg4one s4t8chk abstg4 dnstore ts8nchk abts8n abts8ng mainchk v67once v67efw v68last hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
+    *) echo "unknown step $step (ab6970 chk69 chk70 stg4one s4t8chk abstg4 dnstore ts8nchk abts8n abts8ng mainchk v67once v67efw v68last hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
