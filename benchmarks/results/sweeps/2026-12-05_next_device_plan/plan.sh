@@ -5,21 +5,33 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the twenty-fourth session, 2026-12-06: an H200 came, for the first time in eleven
-# sessions, after seven refused starts: 856 s of the budget, with three calls in refusal windows).
-# It ran dprem and l2pf (grouped-kernels.md v61's lead and v62: both slower, rejected) and both H200
-# grids at b0cbab7 (grpgrid, idxgrid). gv59 (column order) is kept for the record, not pending.
-# Every step but gv59, gv60*, abbias and hostab runs main (carry [".whl"]; `mkdir -p .whl && pip
-# download -q --no-deps -d .whl humming-kernels==0.1.19 packaging` if it is gone). With
-# CHORD_COMMIT=<main's short sha>, one call each, in this order:
-#   0. after a kernel change: mainchk (~3 min, either GPU; SAN_CASES names the change's sanitizer
-#      cases): main's whole GPU suite, memcheck and racecheck
-#   1. on an H200: abbias (~5 min, carry [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`):
+# Pending (after the twenty-fifth session, 2026-12-06: nine starts refused, 1531 s of the budget;
+# nothing ran). Two kernel candidates wait, prepared and CPU-verified (indexed-kernels.md v69, v70):
+# stg4 (the 4-warpgroup tiles' epilogue through shared memory, up to 48 rows) and dfr4 (stg4 plus
+# the tile loop's epilogue on the store warps on those tiles). Both aim at the H200's mid-batch down
+# (indexed EP8 T=64 and skewed T=128: the last indexed points behind Humming). gv59 (column order)
+# is kept for the record, not pending. Every step but gv59, gv60*, the trees' steps, abbias and
+# hostab runs main (carry [".whl"]; `mkdir -p .whl && pip download -q --no-deps -d .whl
+# humming-kernels==0.1.19 packaging` if it is gone). With CHORD_COMMIT=<main's short sha>, one
+# call each, in this order:
+#   1. on an H200: ab6970 (~6 min, carry [".whl", ".ab/stg4", ".ab/dfr4"]; the trees:
+#      `bash benchmarks/ab_tree.sh HEAD stg4 --patch ../2026-12-06_stg4_cwg4_staged_epilogue/stg4.diff`,
+#      likewise dfr4 from ../2026-12-06_dfr4_cwg4_deferred_epilogue/dfr4.diff): both against main,
+#      ncu ABBA, indexed and grouped mid batch. Then chk69 or chk70 (~5 min) on the winner, land its
+#      diff (dfr4's carries its test updates), and regrid: idxgrid (~2 min), grpgrid (~5.5 min)
+#   2. on an H200: dnstore (~2 min): main without its output writes on the same points (the
+#      epilogue's whole cost, the bound for both candidates), if ab6970 leaves it in doubt
+#   3. ts8nchk + abts8n (~5 min, carry .ab/ts8n): v58's 8-stage tail pieces on the 4-warpgroup tiles
+#      only (../2026-12-06_ts8n_cwg4_tail_pieces/): on top of the winner, re-made from it
+#   4. on an H200: abbias (~5 min, carry [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`):
 #      the immediate 136 bias against main, ncu ABBA (indexed-kernels.md v62/v63)
-#   2. on an H200: midprof (~3 min): where EP8 T=128 gate_up's ~1540 cycles a stage go when its feed
+#   5. on an H200: midprof (~3 min): where EP8 T=128 gate_up's ~1540 cycles a stage go when its feed
 #      alone takes ~1180 and its k loop alone 1084 (indexed-kernels.md v60, v63)
-#   3. hostab (~2 min, carry [".whl", ".ab/3909673"]; HOST_BASE=3909673) on the H200 host
-#   grpgrid (~5.5 min) and idxgrid (~2 min) after the next kernel change (the H200 tables are at b0cbab7)
+#   6. hostab (~2 min, carry [".whl", ".ab/3909673"]; HOST_BASE=3909673) on the H200 host
+#   0. after a kernel lands: mainchk (~3 min, either GPU; SAN_CASES names the change's sanitizer
+#      cases): main's whole GPU suite, memcheck and racecheck
+# The twenty-fifth session's one-call variants (stg4one, abstg4, s4t8chk, abts8ng) are in git
+# history at ed2e394.
 # To spend an H100 call only where an H200 came: start the command with
 #   nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || exit 0
 # (it cost ~30 s of device time on an H100 this session).
@@ -378,11 +390,6 @@ for step in "$@"; do
       AB_ENV_nostore="CHORD_DIAG_NO_STORE=1" AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh \
         "$D/ab_nostore" indexed "--scenarios ep8 --tokens 64,128 --dists uniform,skew --projections down" base=. nostore=.
       st dnstore $? ;;
-    s4t8chk)  # the tree .ab/s4t8 (carried: main + stg4.diff + ts8n.diff; stg4 is indexed-kernels.md v69,
-      # the 4-warpgroup tiles' epilogue through shared memory up to 48 rows; ts8n the 8-stage tail
-      # pieces on those tiles): the whole GPU suite from the tree (4 workers), then memcheck and
-      # racecheck on the 4-warpgroup cases of both families (the tile loop, stream-K, split tails) (~5 min)
-      tree_checks s4t8 "-n 4 tests/gpu" "" wgmma wgmma_sk4 "grouped:4-warpgroup" "grouped:512 x 24" ;;
     ab6970)  # v69 and v70 against main, ncu ABBA at the clocks do_bench sees (carry [".whl", ".ab/stg4",
       # ".ab/dfr4"]): stg4 (the 4-warpgroup tiles' epilogue staged, up to 48 rows) and dfr4 (stg4 plus
       # the tile loop's epilogue on the producer's store warps, DEFER_STORE, on those tiles): indexed
@@ -406,36 +413,6 @@ for step in "$@"; do
       in_tree $t timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
         wgmma wgmma_sk4 "grouped:4-warpgroup" "grouped:512 x 24" > "$D/${t}_racecheck.log" 2>&1
       st "${t}_racecheck" $?; tail -2 "$D/${t}_racecheck.log" ;;
-    stg4one)  # v69 in one call (~6 min, for a budget that allows one): stg4 against main, ncu ABBA at
-      # the clocks do_bench sees, indexed EP8 T=64/128 uniform and skewed (the bench checks every
-      # call against the reference); then the stg4 tree's whole GPU suite (4 workers), memcheck on
-      # the 4-warpgroup cases of both families, racecheck on the stream-K and grouped ones
-      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_stg4_indexed" indexed \
-        "--scenarios ep8 --tokens 64,128 --dists uniform,skew" base=. stg4=.ab/stg4
-      st abstg4_indexed $?
-      in_tree stg4 timeout 240 python3 -m pytest -m gpu tests/gpu -n 4 -q -p no:cacheprovider > "$D/stg4_pytest.log" 2>&1
-      st stg4_pytest $?; tail -3 "$D/stg4_pytest.log"
-      in_tree stg4 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
-        wgmma wgmma_sk4 "grouped:4-warpgroup" "grouped:512 x 24" > "$D/stg4_memcheck.log" 2>&1
-      st stg4_memcheck $?; tail -2 "$D/stg4_memcheck.log"
-      in_tree stg4 timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
-        wgmma_sk4 "grouped:4-warpgroup" > "$D/stg4_racecheck.log" 2>&1
-      st stg4_racecheck $?; tail -2 "$D/stg4_racecheck.log" ;;
-    abstg4)  # stg4 and s4t8 against main, ncu ABBA at the clocks do_bench sees, every point whose kernel
-      # is a 4-warpgroup tile of up to 48 rows: indexed EP8 T=64/128 (uniform and skewed), TP8 T=512
-      # (gate_up: the stream-K 512 x 16 tile), grouped offsets EP8/EP16/EP32 T=64/128 (~6 min)
-      if grep -Eq "^s4t8_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abstg4_skipped 1
-      else
-        AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_stg4_indexed" indexed \
-          "--scenarios ep8 --tokens 64,128 --dists uniform,skew" base=. stg4=.ab/stg4 s4t8=.ab/s4t8
-        st abstg4_indexed $?
-        AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_stg4_grouped" grouped \
-          "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens 64,128 --dists uniform" base=. stg4=.ab/stg4 s4t8=.ab/s4t8
-        st abstg4_grouped $?
-        AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_stg4_tp8" indexed \
-          "--scenarios tp8 --tokens 512 --dists uniform --projections gate_up" base=. stg4=.ab/stg4
-        st abstg4_tp8 $?
-      fi ;;
     ts8nchk)  # ts8n (.ab/ts8n, carried: main + ../2026-12-06_ts8n_cwg4_tail_pieces/ts8n.diff): the 4-warpgroup
       # tile loop's split tail in pieces of 8+ stages (v58's rule on the 512-row tiles only); the
       # tile-loop GPU tests of both families from its tree (the quarter-tail test among them), then
@@ -450,11 +427,6 @@ for step in "$@"; do
           "--scenarios ep8 --tokens 64,128 --dists uniform,skew --projections down" base=. ts8n=.ab/ts8n
         st abts8n_indexed $?
       fi ;;
-    abts8ng)  # abts8n's grouped points: offsets form, EP8/EP16 T=128 and EP32 T=64 down (~2 min)
-      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_ts8n_grouped" grouped \
-        "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens 64,128 --dists uniform --projections down" \
-        base=. ts8n=.ab/ts8n
-      st abts8n_grouped $? ;;
     hostab)  # host overhead a call (benchmarks/host_overhead.py, main's script), the tree .ab/$HOST_BASE
       # (carried; its launcher copied in by install) against main, base main three times, each on one core
       for i in 1 2 3; do
@@ -477,7 +449,7 @@ names = list(runs["main_1"])
 print("entry " + " ".join(runs), *(f"{n} " + " ".join(f"{r.get(n, float('nan')):.2f}" for r in runs.values()) for n in names), sep="\n")
 PY
       ;;
-    *) echo "unknown step $step (ab6970 chk69 chk70 stg4one s4t8chk abstg4 dnstore ts8nchk abts8n abts8ng mainchk v67once v67efw v68last hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
+    *) echo "unknown step $step (ab6970 chk69 chk70 dnstore ts8nchk abts8n mainchk v67once v67efw v68last hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
