@@ -44,7 +44,11 @@ CASES = {"mma": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
                    (3, 512, 640, 40, 2, 32), (2, 336, 640, 30, 2, 16), (3, 512, 640, 90, 2, 56),
                    (3, 512, 640, 40, 2, 24),
                    # ~280 tiles: more than the resident CTAs, so each loops over 2-3 tiles
-                   (4, 2048, 256, 2000, 2, 128))}
+                   (4, 2048, 256, 2000, 2, 128),
+                   # deep K (1024): the 4-warpgroup 512-row tile on the tile loop, which the short-K
+                   # cases above never reach (they run the 2-warpgroup loop): BN 32 over N 512, BN 24
+                   # over N 336 ending inside the tile
+                   (3, 512, 1024, 40, 2, 32), (3, 336, 1024, 30, 2, 24))}
 # Case families that are a kernel family with a tuning override: (kernel family, tuning).
 # mma_sk2: the 8 x 128 decode tile on its 2-stage ring at 4 CTAs an SM (dispatch.many_tiles_decode
 # picks it only past 2112 tiles; forced here on the mma_sk cases).
