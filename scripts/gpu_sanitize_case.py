@@ -37,8 +37,10 @@ CASES = {"mma": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
          # tiles a CTA (odd stage count), N = 320 ending inside the tile
          "mma_sk2": ((3, 512, 2048, 2, 8, 8), (8, 512, 768, 300, 2, 8), (5, 320, 512, 40, 2, 8)),
          # (WM, BN) = (1, 64), (2, 128), (1, 64), (2, 64), (1, 128), (2, 96); K = 640 wraps the
-         # 6-slot ring; then 4 consumer warpgroups (WM 2, BN 32 and 16; N = 336 ends inside the
-         # 512-row tile; BN 56: the last producer pass half outside the tile, words per k step; BN 24)
+         # ring; then BN 32, 16 (N = 336), 56 and 24. Written for the 4-warpgroup tile, but since v51
+         # every K under 1024 runs the 2-warpgroup short-K loop with the deferred epilogue (WM 2
+         # there too: N = 336 ends inside a 256-row tile); the two deep-K cases at the end reach the
+         # 4-warpgroup tile loop
          "wgmma": ((4, 160, 320, 50, 2, 64), (3, 512, 256, 90, 2, 128), (2, 128, 192, 7, 1, 64),
                    (3, 512, 640, 60, 2, 64), (2, 160, 640, 80, 2, 128), (3, 512, 640, 150, 2, 96),
                    (3, 512, 640, 40, 2, 32), (2, 336, 640, 30, 2, 16), (3, 512, 640, 90, 2, 56),
