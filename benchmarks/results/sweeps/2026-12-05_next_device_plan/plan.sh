@@ -402,17 +402,10 @@ for step in "$@"; do
         "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens 64,128 --dists uniform" base=. stg4=.ab/stg4 dfr4=.ab/dfr4
       st ab6970_grouped $? ;;
     chk69|chk70)  # the tree's whole GPU suite (4 workers), memcheck and racecheck on the wgmma cases of
-      # both families (~5 min): chk69 on .ab/stg4, chk70 on .ab/dfr4 (its two deep-K indexed cases
+      # both families (~5 min): chk69 on .ab/stg4, chk70 on .ab/dfr4 (the two deep-K indexed cases
       # reach the 4-warpgroup tile loop: the sanitizer's other indexed wgmma cases are short K)
-      t=$([[ $step == chk69 ]] && echo stg4 || echo dfr4)
-      in_tree $t timeout 240 python3 -m pytest -m gpu tests/gpu -n 4 -q -p no:cacheprovider > "$D/${t}_pytest.log" 2>&1
-      st "${t}_pytest" $?; tail -3 "$D/${t}_pytest.log"
-      in_tree $t timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
-        wgmma wgmma_sk4 "grouped:4-warpgroup" "grouped:512 x 24" > "$D/${t}_memcheck.log" 2>&1
-      st "${t}_memcheck" $?; tail -2 "$D/${t}_memcheck.log"
-      in_tree $t timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 python3 scripts/gpu_sanitize_case.py \
-        wgmma wgmma_sk4 "grouped:4-warpgroup" "grouped:512 x 24" > "$D/${t}_racecheck.log" 2>&1
-      st "${t}_racecheck" $?; tail -2 "$D/${t}_racecheck.log" ;;
+      tree_checks "$([[ $step == chk69 ]] && echo stg4 || echo dfr4)" "-n 4 tests/gpu" "" \
+        wgmma wgmma_sk4 "grouped:4-warpgroup" "grouped:512 x 24" ;;
     ts8nchk)  # ts8n (.ab/ts8n, carried: main + ../2026-12-06_ts8n_cwg4_tail_pieces/ts8n.diff): the 4-warpgroup
       # tile loop's split tail in pieces of 8+ stages (v58's rule on the 512-row tiles only); the
       # tile-loop GPU tests of both families from its tree (the quarter-tail test among them), then
