@@ -107,9 +107,14 @@ struct WgmmaTile {
   static_assert(CWG == 2 || (CWG == 4 && WM * BN <= 112), "4 consumer warpgroups hold at most 56 accumulators a thread");
   static_assert(BLOCK_K == 64 || BLOCK_K == 128, "the packed BLOCK_K is 64 or 128 (chord_kernels.tma)");
   // The epilogue through shared memory (store): each consumer warpgroup stages one m64 tile's
-  // BN x 64 outputs at a time and writes them as 16-byte row pieces. Only with 2 consumer
-  // warpgroups: with 4 the staging would push the ring out of shared memory.
-  static constexpr bool kStagedEpilogue = CWG == 2;
+  // BN x 64 outputs at a time and writes them as 16-byte row pieces. With 4 consumer warpgroups
+  // up to 48 rows (dispatch.WGMMA_CWG4_STAGED_MAX_BN): the 8-deep ring and 4 warpgroups' staging
+  // (4 x BN x 144 bytes) fit an SM there, at 56 they do not. Why at 4 too: the direct stores are
+  // 2-byte, two half-sectors per 16 columns of a row, each behind a shared read of its out row
+  // (v15b's reading), and on the mid-batch down (K=2048: 32 stages a tile) the consumers issue
+  // them between one tile's last wgmma and the next's first (indexed-kernels.md v69).
+  static constexpr int kStagedEpilogueMaxBnCwg4 = 48;
+  static constexpr bool kStagedEpilogue = CWG == 2 || BN <= kStagedEpilogueMaxBnCwg4;
   static constexpr int kOutStageStride = 64 + 8;  // +16 bytes: stmatrix rows and 16-byte reads hit distinct banks
   static_assert(!DEFER_STORE || kStagedEpilogue, "the deferred epilogue stores the 2-warpgroup tile's staging");
   static constexpr int kStagedTiles = DEFER_STORE ? WM : 1;  // m64 tiles a warpgroup stages at once
@@ -631,7 +636,7 @@ struct WgmmaTile {
                                                       const int32_t* out_rows, int ctid) {
     const int cwg = ctid / 128, wt = ctid % 128, warp = wt / 32;
     __nv_bfloat16(*stage)[kOutStageStride] = sm.out_stage[cwg];
-    const int barrier = 4 + cwg;  // 0: __syncthreads, 1: stream-K fix-up, 2: the tile loop's out rows, 3: the K split
+    const int barrier = 4 + cwg;  // 4-7; 0: __syncthreads, 1: stream-K fix-up, 2: the tile loop's out rows, 3: the K split
     const bool vec = out_rows_vectorizable(p);
 #pragma unroll
     for (int m = 0; m < WM; ++m) {

@@ -195,18 +195,28 @@ def wgmma_weight_rows(wm: int, cwg: int) -> int:
     return cwg * 64 * wm
 
 
+# WgmmaTile::kStagedEpilogue: the 4-warpgroup tiles stage their epilogue up to 48 rows (their
+# 8-deep ring and the staging fit an SM there; indexed-kernels.md v69).
+WGMMA_CWG4_STAGED_MAX_BN = 48
+
+
+def wgmma_staged_epilogue(bn: int, cwg: int) -> bool:
+    """WgmmaTile::kStagedEpilogue: the tile's epilogue goes through shared memory."""
+    return cwg == 2 or bn <= WGMMA_CWG4_STAGED_MAX_BN
+
+
 def wgmma_smem_bytes(wm: int, bn: int, stages: int, cwg: int = 2, defer_store: bool = False) -> int:
     """sizeof(WgmmaTile::Smem): per stage the swizzled activation rows (128 bytes each), the
     4*CWG consumer warps' weight chunks (WM x 512 bytes each), the CTA rows' two scale groups, the
     stream-K schedule's row ids and two mbarriers (full, empty); then the epilogue's staging rows
-    (with 2 consumer warpgroups: BN rows of 64 + 8 BF16 each per warpgroup, WM such tiles with
-    ``defer_store``; else one row), two int32 row indices per row (three with ``defer_store``: two
+    (with 2 consumer warpgroups, or 4 up to WGMMA_CWG4_STAGED_MAX_BN rows: BN rows of 64 + 8 BF16
+    each per warpgroup, WM such tiles with ``defer_store``; else one row), two int32 row indices per row (three with ``defer_store``: two
     sets of out rows), the stream-K finisher flag, the tile loop's two claims and the stream-K
     schedule (6 int32; the struct pads to 16 bytes). The tile loop's deferred-store handoff sits
     inside the per-stage row ids (a union)."""
     rows = wgmma_weight_rows(wm, cwg)
     staged_tiles = wm if defer_store else 1
-    out_stage = (cwg * staged_tiles * bn if cwg == 2 else 1) * (64 + 8) * 2
+    out_stage = (cwg * staged_tiles * bn if wgmma_staged_epilogue(bn, cwg) else 1) * (64 + 8) * 2
     row_ids = (3 if defer_store else 2) * bn * 4
     tail = -(-(4 + 2 * 4 + 6 * 4) // 16) * 16
     return stages * (bn * 128 + 4 * cwg * wm * 512 + 2 * rows * 2 + bn * 4 + 16) + out_stage + row_ids + tail
