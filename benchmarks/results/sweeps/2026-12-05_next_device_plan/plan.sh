@@ -401,6 +401,15 @@ for step in "$@"; do
       AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_6970_grouped" grouped \
         "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens 64,128 --dists uniform" base=. stg4=.ab/stg4 dfr4=.ab/dfr4
       st ab6970_grouped $? ;;
+    ab70)  # v70 against main (v69 landed at e2f85bb), ncu ABBA at the clocks do_bench sees (carry
+      # [".whl", ".ab/dfr4"]; .ab/dfr4 = main + ../2026-12-06_dfr4_cwg4_deferred_epilogue/dfr4_on_e2f85bb.diff):
+      # indexed EP8 T=64/128 uniform and skewed (~75 s on an H100), then grouped offsets EP8/EP16 T=64/128
+      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_70_indexed" indexed \
+        "--scenarios ep8 --tokens 64,128 --dists uniform,skew" base=. dfr4=.ab/dfr4
+      st ab70_indexed $?
+      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_70_grouped" grouped \
+        "--paths grouped_contiguous --scenarios ep8,ep16 --tokens 64,128 --dists uniform" base=. dfr4=.ab/dfr4
+      st ab70_grouped $? ;;
     chk69|chk70)  # the tree's whole GPU suite (4 workers), memcheck and racecheck on the wgmma cases of
       # both families (~5 min): chk69 on .ab/stg4, chk70 on .ab/dfr4 (the two deep-K indexed cases
       # reach the 4-warpgroup tile loop: the sanitizer's other indexed wgmma cases are short K)
