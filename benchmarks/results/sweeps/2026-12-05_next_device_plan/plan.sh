@@ -5,24 +5,22 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the twenty-fifth session, 2026-12-06: nine starts refused, 1531 s of the budget;
-# nothing ran). Two kernel candidates wait, prepared and CPU-verified (indexed-kernels.md v69, v70):
-# stg4 (the 4-warpgroup tiles' epilogue through shared memory, up to 48 rows) and dfr4 (stg4 plus
-# the tile loop's epilogue on the store warps on those tiles). Both aim at the H200's mid-batch down
-# (indexed EP8 T=64 and skewed T=128: the last indexed points behind Humming). gv59 (column order)
-# is kept for the record, not pending. Every step but gv59, gv60*, the trees' steps, abbias and
-# hostab runs main (carry [".whl"]; `mkdir -p .whl && pip download -q --no-deps -d .whl
-# humming-kernels==0.1.19 packaging` if it is gone). With CHORD_COMMIT=<main's short sha>, one
-# call each, in this order:
-#   1. on an H200: ab6970 (~6 min, carry [".whl", ".ab/stg4", ".ab/dfr4"]; the trees:
-#      `bash benchmarks/ab_tree.sh HEAD stg4 --patch ../2026-12-06_stg4_cwg4_staged_epilogue/stg4.diff`,
-#      likewise dfr4 from ../2026-12-06_dfr4_cwg4_deferred_epilogue/dfr4.diff): both against main,
-#      ncu ABBA, indexed and grouped mid batch. Then chk69 or chk70 (~5 min) on the winner, land its
-#      diff (dfr4's carries its test updates), and regrid: idxgrid (~2 min), grpgrid (~5.5 min)
+# Pending (after the twenty-sixth session, 2026-12-07: three starts refused (540 s), then one H100
+# lease: chk70, ab6970, mainchk, chk69, idxgrid). v69 (stg4) landed at e2f85bb; v70 (dfr4) tied
+# with it on the H100 and waits for an H200 A/B (indexed-kernels.md v69, v70). Every step but
+# gv59, gv60*, the trees' steps, abbias and hostab runs main (carry [".whl"]; `mkdir -p .whl &&
+# pip download -q --no-deps -d .whl humming-kernels==0.1.19 packaging` if it is gone). With
+# CHORD_COMMIT=<main's short sha>, one call each, in this order:
+#   1. on an H200: idxgrid (~2 min) and grpgrid (~5.5 min): the grids of record with v69, then
+#      ab70 (~2.5 min, carry [".whl", ".ab/dfr4"]; the tree: `bash benchmarks/ab_tree.sh HEAD dfr4
+#      --patch <abs path>/2026-12-06_dfr4_cwg4_deferred_epilogue/dfr4_on_e2f85bb.diff`): v70 against
+#      main, ncu ABBA. If it wins on the H200: `git apply` that diff (it carries its test updates),
+#      mainchk SAN_CASES="wgmma wgmma_sk4 grouped:4-warpgroup" (chk70 ran clean on the H100), regrid
 #   2. on an H200: dnstore (~2 min): main without its output writes on the same points (the
-#      epilogue's whole cost, the bound for both candidates), if ab6970 leaves it in doubt
+#      epilogue's whole cost, the bound for v70 and v69), if ab70 leaves it in doubt
 #   3. ts8nchk + abts8n (~5 min, carry .ab/ts8n): v58's 8-stage tail pieces on the 4-warpgroup tiles
-#      only (../2026-12-06_ts8n_cwg4_tail_pieces/): on top of the winner, re-made from it
+#      only (../2026-12-06_ts8n_cwg4_tail_pieces/ts8n.diff applies to main at e2f85bb, v69 in;
+#      `bash benchmarks/ab_tree.sh HEAD ts8n --patch <abs path>/ts8n.diff`; re-make it on v70 if v70 lands)
 #   4. on an H200: abbias (~5 min, carry [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`):
 #      the immediate 136 bias against main, ncu ABBA (indexed-kernels.md v62/v63)
 #   5. on an H200: midprof (~3 min): where EP8 T=128 gate_up's ~1540 cycles a stage go when its feed
@@ -390,7 +388,7 @@ for step in "$@"; do
       AB_ENV_nostore="CHORD_DIAG_NO_STORE=1" AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh \
         "$D/ab_nostore" indexed "--scenarios ep8 --tokens 64,128 --dists uniform,skew --projections down" base=. nostore=.
       st dnstore $? ;;
-    ab6970)  # v69 and v70 against main, ncu ABBA at the clocks do_bench sees (carry [".whl", ".ab/stg4",
+    ab6970)  # (ran 2026-12-07, H100: v69 landed, e2f85bb; superseded by ab70) v69 and v70 against main, ncu ABBA at the clocks do_bench sees (carry [".whl", ".ab/stg4",
       # ".ab/dfr4"]): stg4 (the 4-warpgroup tiles' epilogue staged, up to 48 rows) and dfr4 (stg4 plus
       # the tile loop's epilogue on the producer's store warps, DEFER_STORE, on those tiles): indexed
       # EP8 T=64/128 uniform and skewed, then grouped offsets EP8/EP16/EP32 T=64/128 (~6 min; the
@@ -410,7 +408,7 @@ for step in "$@"; do
       AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_70_grouped" grouped \
         "--paths grouped_contiguous --scenarios ep8,ep16 --tokens 64,128 --dists uniform" base=. dfr4=.ab/dfr4
       st ab70_grouped $? ;;
-    chk69|chk70)  # the tree's whole GPU suite (4 workers), memcheck and racecheck on the wgmma cases of
+    chk69|chk70)  # (both ran clean 2026-12-07, H100) the tree's whole GPU suite (4 workers), memcheck and racecheck on the wgmma cases of
       # both families (~5 min): chk69 on .ab/stg4, chk70 on .ab/dfr4 (the two deep-K indexed cases
       # reach the 4-warpgroup tile loop: the sanitizer's other indexed wgmma cases are short K)
       tree_checks "$([[ $step == chk69 ]] && echo stg4 || echo dfr4)" "-n 4 tests/gpu" "" \
