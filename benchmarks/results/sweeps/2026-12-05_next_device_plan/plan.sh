@@ -113,6 +113,15 @@ trace_tree() {
     python3 -m benchmarks.cta_trace_report "$D/trace_ep8_gate_up_T20_${dist}_$t.json" > "$D/${t}trace_report_$dist.txt" 2>&1
   done
 }
+# One ncu ABBA at the clocks do_bench sees, its status under NAME: boost_ab NAME DIR FAMILY
+# "SWEEP ARGS" TREE... (TREE as ncu_ab.sh takes them, base=. first; AB_TIMEOUT and AB_ENV_* pass
+# through from the caller's prefix)
+boost_ab() {
+  local name=$1 dir=$2 family=$3 args=$4
+  shift 4
+  AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=${AB_TIMEOUT:-150} bash benchmarks/ncu_ab.sh "$dir" "$family" "$args" "$@"
+  st "$name" $?
+}
 # A candidate's ncu ABBA against main at boost then base clock, unless its checks failed earlier
 # in this call: candidate_ab LABEL NAME FAMILY "SWEEP ARGS" TREE... (results in $D/ab_NAME_<clock>;
 # TREE as ncu_ab.sh takes them, base=. first)
@@ -203,13 +212,11 @@ for step in "$@"; do
     feedmid)  # mid batch: main against its feed-only build (CHORD_DIAG_FEED_ONLY=1: no dequantization, no
       # MMA; wrong results, timing only), ncu ABBA at boost clock (do_bench's), indexed EP8 T=64/128
       # and grouped contiguous EP16/EP32 T=64/128, both projections (~4 min; indexed-kernels.md v60)
-      AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh \
+      AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_TIMEOUT=120 boost_ab feedmid_indexed \
         "$D/ab_feedmid_indexed" indexed "--scenarios ep8 --tokens 64,128 --dists uniform" base=. feed=.
-      st feedmid_indexed $?
-      AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh \
+      AB_ENV_feed="CHORD_DIAG_FEED_ONLY=1" AB_TIMEOUT=120 boost_ab feedmid_grouped \
         "$D/ab_feedmid_grouped" grouped "--paths grouped_contiguous --scenarios ep16,ep32 --tokens 64,128 --dists uniform" \
-        base=. feed=.
-      st feedmid_grouped $? ;;
+        base=. feed=. ;;
     midprof)  # why mid batch's k loop does not hide under its stream (indexed-kernels.md v60, measured:
       # the feed alone ~1180 cycles a stage, the k loop alone 1084, the kernel 1540): ncu's full set
       # on indexed EP8 T=128 gate_up (the 512 x 32 tile loop), main, its feed-only build, and
@@ -226,9 +233,8 @@ for step in "$@"; do
       # consumer instructions a stage, one group of 4 wgmmas a warpgroup a k step), ncu ABBA at the
       # clocks do_bench sees, indexed EP8 T=64/128 (~2 min); the check column says
       # whether the WM-4 tile is correct
-      AB_ENV_wm4="CHORD_W4A16_TUNING=WM=4,CWG=2" AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh \
-        "$D/ab_wm4" indexed "--scenarios ep8 --tokens 64,128 --dists uniform" base=. wm4=.
-      st wm4 $? ;;
+      AB_ENV_wm4="CHORD_W4A16_TUNING=WM=4,CWG=2" AB_TIMEOUT=120 boost_ab wm4 \
+        "$D/ab_wm4" indexed "--scenarios ep8 --tokens 64,128 --dists uniform" base=. wm4=. ;;
     turnschk)  # v61 (L), the turns tree (.ab/turns, carried): its indexed wgmma and grouped GPU tests,
       # memcheck and racecheck on the 4-warpgroup tile loop's cases (~4 min)
       tree_checks turns "tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py" "auto or wgmma or grouped" \
@@ -236,12 +242,10 @@ for step in "$@"; do
     abturns)  # v61 (L): the turns tree against main, ncu ABBA at the clocks do_bench sees, on the
       # 4-warpgroup tile loops: indexed EP8 T=128 and TP8 T=2048 gate_up (EP8 T=64 runs the
       # stream-K tile, unchanged: the control), grouped offsets EP16/EP32 T=64/128 (~4 min)
-      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_turns_indexed" indexed \
+      AB_TIMEOUT=120 boost_ab abturns_indexed "$D/ab_turns_indexed" indexed \
         "--scenarios ep8,tp8 --tokens 64,128,2048 --dists uniform" base=. turns=.ab/turns
-      st abturns_indexed $?
-      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=120 bash benchmarks/ncu_ab.sh "$D/ab_turns_grouped" grouped \
-        "--paths grouped_contiguous --scenarios ep16,ep32 --tokens 64,128 --dists uniform" base=. turns=.ab/turns
-      st abturns_grouped $? ;;
+      AB_TIMEOUT=120 boost_ab abturns_grouped "$D/ab_turns_grouped" grouped \
+        "--paths grouped_contiguous --scenarios ep16,ep32 --tokens 64,128 --dists uniform" base=. turns=.ab/turns ;;
     prefdn)  # why masked prefill down runs 13 % behind Humming's (EP32 T=8192: 2819-3082 µs against
       # 2443-2806 over eight grids, at the same 1980 MHz in the last) while the offsets form is level:
       # ncu's full set on EP32 T=8192 down, our masked and offsets forms (the same 128 x 240 tile; the
@@ -257,9 +261,8 @@ for step in "$@"; do
       # do_bench sees, on an H200 (the H100's mid batch is bytes-bound): the 512 x 32 tile loop (EP8
       # T=128), stream-K 256 x 56 / 96 (TP8 T=2048 / 8192), the prefill tile (EP8 T=2048); ~5 min, carry
       # [".whl", ".ab/24a33bd"] (the tree: bash benchmarks/ab_tree.sh 24a33bd)
-      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_bias" indexed \
-        "--scenarios ep8,tp8 --tokens 128,2048,8192 --dists uniform" base=. bias=.ab/24a33bd
-      st abbias $? ;;
+      boost_ab abbias "$D/ab_bias" indexed \
+        "--scenarios ep8,tp8 --tokens 128,2048,8192 --dists uniform" base=. bias=.ab/24a33bd ;;
     prefdn2)  # grouped-kernels.md v51: masked EP32 T=8192 down runs 13-15 % behind Humming under
       # do_bench at 1980 MHz yet level in ncu's cycles (1.6 GHz, L2 flushed clean): our masked and
       # offsets forms under do_bench's zero flush (dirty L2) and a read flush (clean), zero again
@@ -286,15 +289,15 @@ for step in "$@"; do
       timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/gpu_sanitize_case.py mma_sk \
         > "$D/sparse_memcheck.log" 2>&1
       st sparse_memcheck $?; tail -2 "$D/sparse_memcheck.log"
-      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_sparse_none" indexed \
+      boost_ab sparse_ab "$D/ab_sparse_none" indexed \
         "--scenarios ep8,tp8 --tokens 1,2,8 --dists uniform" base=.ab/f5b724d sparse=. > "$D/sparse_ab.log" 2>&1
-      st sparse_ab $?; cat "$D"/ab_sparse_none/table_*.md 2> /dev/null | tail -14 ;;
+      cat "$D"/ab_sparse_none/table_*.md 2> /dev/null | tail -14 ;;
     st4ep8)  # EP8 T=1/2/4 on the 4-deep decode ring (STAGES=4: 2 CTAs an SM) against main's 3 stages,
       # ncu ABBA at the clocks do_bench sees (v39 measured it on the H200 at base clock: T=1 -9.7 /
       # -6.7 %, T=2/4 +3 to +6 %); the data for a host rule that takes it at 64 routes or fewer
-      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 AB_ENV_st4="CHORD_W4A16_TUNING=STAGES=4" bash benchmarks/ncu_ab.sh \
+      AB_ENV_st4="CHORD_W4A16_TUNING=STAGES=4" boost_ab st4ep8 \
         "$D/ab_st4_none" indexed "--scenarios ep8 --tokens 1,2,4 --dists uniform" base=. st4=. > "$D/st4ep8.log" 2>&1
-      st st4ep8 $?; tail -12 "$D/st4ep8.log"; cat "$D"/ab_st4_none/table_*.md 2> /dev/null | tail -12 ;;
+      tail -12 "$D/st4ep8.log"; cat "$D"/ab_st4_none/table_*.md 2> /dev/null | tail -12 ;;
     v67once)  # indexed-kernels.md v67's follow-up: the tree .ab/once (main + once.diff, carried) against
       # main. Its grouped decode GPU tests and the grouped decode sanitizer cases from inside the
       # tree, then do_bench ABBA (zero flush, the grid's timing) on the skewed and uniform decode points
@@ -385,29 +388,24 @@ for step in "$@"; do
       # writes skipped), ncu ABBA at the clocks do_bench sees, indexed EP8 T=64/128 down, uniform and
       # skewed (~2 min). What the epilogue costs a 32-stage tile (the 4-warpgroup loop stores on its
       # consumers, between one tile's last wgmma and the next's first)
-      AB_ENV_nostore="CHORD_DIAG_NO_STORE=1" AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh \
-        "$D/ab_nostore" indexed "--scenarios ep8 --tokens 64,128 --dists uniform,skew --projections down" base=. nostore=.
-      st dnstore $? ;;
+      AB_ENV_nostore="CHORD_DIAG_NO_STORE=1" boost_ab dnstore \
+        "$D/ab_nostore" indexed "--scenarios ep8 --tokens 64,128 --dists uniform,skew --projections down" base=. nostore=. ;;
     ab6970)  # (ran 2026-12-07, H100: v69 landed, e2f85bb; superseded by ab70) v69 and v70 against main, ncu ABBA at the clocks do_bench sees (carry [".whl", ".ab/stg4",
       # ".ab/dfr4"]): stg4 (the 4-warpgroup tiles' epilogue staged, up to 48 rows) and dfr4 (stg4 plus
       # the tile loop's epilogue on the producer's store warps, DEFER_STORE, on those tiles): indexed
       # EP8 T=64/128 uniform and skewed, then grouped offsets EP8/EP16/EP32 T=64/128 (~6 min; the
       # bench checks every call against the reference). Then the winner's checks: chk69 or chk70
-      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_6970_indexed" indexed \
+      boost_ab ab6970_indexed "$D/ab_6970_indexed" indexed \
         "--scenarios ep8 --tokens 64,128 --dists uniform,skew" base=. stg4=.ab/stg4 dfr4=.ab/dfr4
-      st ab6970_indexed $?
-      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_6970_grouped" grouped \
-        "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens 64,128 --dists uniform" base=. stg4=.ab/stg4 dfr4=.ab/dfr4
-      st ab6970_grouped $? ;;
+      boost_ab ab6970_grouped "$D/ab_6970_grouped" grouped \
+        "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens 64,128 --dists uniform" base=. stg4=.ab/stg4 dfr4=.ab/dfr4 ;;
     ab70)  # v70 against main (v69 landed at e2f85bb), ncu ABBA at the clocks do_bench sees (carry
       # [".whl", ".ab/dfr4"]; .ab/dfr4 = main + ../2026-12-06_dfr4_cwg4_deferred_epilogue/dfr4_on_e2f85bb.diff):
       # indexed EP8 T=64/128 uniform and skewed (~75 s on an H100), then grouped offsets EP8/EP16 T=64/128
-      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_70_indexed" indexed \
+      boost_ab ab70_indexed "$D/ab_70_indexed" indexed \
         "--scenarios ep8 --tokens 64,128 --dists uniform,skew" base=. dfr4=.ab/dfr4
-      st ab70_indexed $?
-      AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_70_grouped" grouped \
-        "--paths grouped_contiguous --scenarios ep8,ep16 --tokens 64,128 --dists uniform" base=. dfr4=.ab/dfr4
-      st ab70_grouped $? ;;
+      boost_ab ab70_grouped "$D/ab_70_grouped" grouped \
+        "--paths grouped_contiguous --scenarios ep8,ep16 --tokens 64,128 --dists uniform" base=. dfr4=.ab/dfr4 ;;
     chk69|chk70)  # (both ran clean 2026-12-07, H100) the tree's whole GPU suite (4 workers), memcheck and racecheck on the wgmma cases of
       # both families (~5 min): chk69 on .ab/stg4, chk70 on .ab/dfr4 (the two deep-K indexed cases
       # reach the 4-warpgroup tile loop: the sanitizer's other indexed wgmma cases are short K)
@@ -423,9 +421,8 @@ for step in "$@"; do
       # last wave it cuts finer: indexed EP8 T=64/128 down, uniform and skewed (~2 min)
       if grep -Eq "^ts8n_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abts8n_skipped 1
       else
-        AB_CLOCK=none AB_INSTALL=0 AB_TIMEOUT=150 bash benchmarks/ncu_ab.sh "$D/ab_ts8n_indexed" indexed \
+        boost_ab abts8n_indexed "$D/ab_ts8n_indexed" indexed \
           "--scenarios ep8 --tokens 64,128 --dists uniform,skew --projections down" base=. ts8n=.ab/ts8n
-        st abts8n_indexed $?
       fi ;;
     hostab)  # host overhead a call (benchmarks/host_overhead.py, main's script), the tree .ab/$HOST_BASE
       # (carried; its launcher copied in by install) against main, base main three times, each on one core
