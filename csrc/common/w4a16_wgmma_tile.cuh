@@ -116,7 +116,7 @@ struct WgmmaTile {
   static constexpr int kStagedEpilogueMaxBnCwg4 = 48;
   static constexpr bool kStagedEpilogue = CWG == 2 || BN <= kStagedEpilogueMaxBnCwg4;
   static constexpr int kOutStageStride = 64 + 8;  // +16 bytes: stmatrix rows and 16-byte reads hit distinct banks
-  static_assert(!DEFER_STORE || kStagedEpilogue, "the deferred epilogue stores the 2-warpgroup tile's staging");
+  static_assert(!DEFER_STORE || kStagedEpilogue, "the deferred epilogue stores the staged epilogue's tiles");
   static constexpr int kStagedTiles = DEFER_STORE ? WM : 1;  // m64 tiles a warpgroup stages at once
   static constexpr int kOutRowSets = DEFER_STORE ? 2 : 1;
 

@@ -210,10 +210,10 @@ def wgmma_smem_bytes(wm: int, bn: int, stages: int, cwg: int = 2, defer_store: b
     4*CWG consumer warps' weight chunks (WM x 512 bytes each), the CTA rows' two scale groups, the
     stream-K schedule's row ids and two mbarriers (full, empty); then the epilogue's staging rows
     (with 2 consumer warpgroups, or 4 up to WGMMA_CWG4_STAGED_MAX_BN rows: BN rows of 64 + 8 BF16
-    each per warpgroup, WM such tiles with ``defer_store``; else one row), two int32 row indices per row (three with ``defer_store``: two
-    sets of out rows), the stream-K finisher flag, the tile loop's two claims and the stream-K
-    schedule (6 int32; the struct pads to 16 bytes). The tile loop's deferred-store handoff sits
-    inside the per-stage row ids (a union)."""
+    each per warpgroup, WM such tiles with ``defer_store``; else one row), two int32 row indices
+    per row (three with ``defer_store``: two sets of out rows), the stream-K finisher flag, the
+    tile loop's two claims and the stream-K schedule (6 int32; the struct pads to 16 bytes). The
+    tile loop's deferred-store handoff sits inside the per-stage row ids (a union)."""
     rows = wgmma_weight_rows(wm, cwg)
     staged_tiles = wm if defer_store else 1
     out_stage = (cwg * staged_tiles * bn if wgmma_staged_epilogue(bn, cwg) else 1) * (64 + 8) * 2
