@@ -74,11 +74,23 @@ def test_tail_split_rule(tiles, grid, stages, step, want):
     assert wave_model.tail_split(tiles, grid, stages, step) == want
 
 
+@pytest.mark.parametrize("tiles,stages,want", [
+    (140, 32, (132, 4)),   # K 2048 on the 4-warpgroup tiles (indexed EP8 T=64/128 down): 8-stage quarters
+    (135, 32, (132, 4)),   # 3 left: 4 pieces at most
+    (140, 112, (132, 4)),  # deep K: the split's cap decides, as at 16
+    (10, 8, (10, 1)),      # one piece's length: whole
+])
+def test_tail_split_rule_of_the_4_warpgroup_tiles(tiles, stages, want):
+    assert wave_model.tail_split(tiles, 132, stages, 1, wave_model.TAIL_MIN_PIECE_STAGES_CWG4) == want
+
+
 def test_tail_pieces_cover_every_tile_and_stage_once():
-    for tiles, grid, stages, step in itertools.product((1, 40, 131, 133, 192, 200, 397), (132, 66), (32, 112), (1, 2)):
+    pieces = (wave_model.TAIL_MIN_PIECE_STAGES, wave_model.TAIL_MIN_PIECE_STAGES_CWG4)
+    for tiles, grid, stages, step, least in itertools.product((1, 40, 131, 133, 192, 200, 397), (132, 66), (32, 112),
+                                                              (1, 2), pieces):
         covered = {}
-        for tile, s0, s1, piece in wave_model.tail_pieces(tiles, grid, stages, step):
-            assert s0 % step == 0 and s1 % step == 0 and s1 - s0 >= min(stages, wave_model.TAIL_MIN_PIECE_STAGES)
+        for tile, s0, s1, piece in wave_model.tail_pieces(tiles, grid, stages, step, least):
+            assert s0 % step == 0 and s1 % step == 0 and s1 - s0 >= min(stages, least)
             covered.setdefault(tile, []).append((s0, s1))
             assert piece < grid  # one workspace slot a CTA
         assert sorted(covered) == list(range(tiles))
@@ -93,11 +105,11 @@ def test_tail_split_mirror_matches_the_kernel_header(tmp_path, real_nvcc):
     from chord_kernels.jit.paths import csrc_dir
 
     cases = list(itertools.product((1, 7, 40, 60, 131, 132, 133, 192, 200, 397, 2112), (132, 66, 7), (16, 32, 112),
-                                   (1, 2)))
+                                   (1, 2), (wave_model.TAIL_MIN_PIECE_STAGES, wave_model.TAIL_MIN_PIECE_STAGES_CWG4)))
     src = tmp_path / "tail.cu"
-    src.write_text('#include <cstdio>\n#include "common/tail_split.cuh"\nint main() {\n  const int c[][4] = {'
+    src.write_text('#include <cstdio>\n#include "common/tail_split.cuh"\nint main() {\n  const int c[][5] = {'
                    + ",".join("{" + ",".join(map(str, case)) + "}" for case in cases) + "};\n"
-                   "  for (const auto& x : c) {\n    chord::TailSplit s(x[0], x[1], x[2], x[3]);\n"
+                   "  for (const auto& x : c) {\n    chord::TailSplit s(x[0], x[1], x[2], x[3], x[4]);\n"
                    "    for (int u = 0; u < s.units; ++u) { auto p = s.unit(u); std::printf(\"%d %d %d %d;\", "
                    "p.tile, p.s0, p.s1, p.piece); }\n    std::printf(\"\\n\");\n  }\n}\n")
     exe = tmp_path / "tail"

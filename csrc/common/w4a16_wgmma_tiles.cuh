@@ -78,6 +78,7 @@ struct WgmmaTiles {
   static constexpr int kProducerRegs = CWG == 4 ? 64 : kWideConsumers ? 72 : Tile::kBlockPairs ? 104 : 88;
   static constexpr int kConsumerRegs = CWG == 4 ? 104 : kWideConsumers ? 216 : Tile::kBlockPairs ? 200 : 208;
   static constexpr bool kPairable = CWG == 2;  // MoeParams::pick_rows is read (see run)
+  static constexpr int kTailMinPieceStages = CWG == 4 ? 8 : TailSplit::kMinPieceStages;  // see TailSplit
 
   // The host keeps row tiles x column tiles + 2 x CTAs under 2^31 (chord_kernels/ops.py) and
   // passes p.locks zeroed (2 + CTAs of them: the counters, then a lock per split tile) with a
@@ -99,7 +100,7 @@ struct WgmmaTiles {
       if (!__reduce_max_sync(0xffffffffu, (int)Rows::picked(p, row_tiles))) return;
     }
     const int tiles = __reduce_max_sync(0xffffffffu, row_tiles * cols);
-    const TailSplit split(tiles, gridDim.x, p.k / Tile::kStageK, kStagesPerStep);
+    const TailSplit split(tiles, gridDim.x, p.k / Tile::kStageK, kStagesPerStep, kTailMinPieceStages);
     // Every CTA runs, even with no tile to claim: the counter's reset needs all of them done.
     if constexpr (DEFER_STORE) {
       if (threadIdx.x == 0) {

@@ -277,6 +277,33 @@ def test_tile_loop_graph_replays_and_counters_left_zero(kernel_family):
     replay_with_routing_changed("ep8_down", 384, 128, 21, [(22, False), (23, True), (24, True)], counters_zero)
 
 
+def test_tile_loop_tail_in_quarters_over_k_2048(kernel_family):
+    """EP8 down (K=2048, 32 stages) at 32-row blocks, the 4-warpgroup 32 x 512 tile on the tile
+    loop: ~1000 routes on 48 experts make ~48 blocks x 14 column tiles, a last wave of a few
+    tiles on the SMs, which the split tail cuts into four 8-stage pieces (the 4-warpgroup tiles'
+    kTailMinPieceStages; indexed-kernels.md v58). The reference, the same bits run to run, the
+    counters left zero."""
+    from chord_kernels import ops, wave_model
+
+    if kernel_family != "auto":
+        pytest.skip("the dispatch's own choice")
+    problem = make_problem("ep8_down", 1000, seed=61)
+    sorted_ids, expert_ids, ntp = align(problem, 32)
+    out = run_indexed(problem, sorted_ids, expert_ids, ntp, 32)
+    check_against_reference(problem, out, sorted_ids, expert_ids, ntp, 32)
+    launches = [plan[1] for plan in ops._indexed_plans.values() if plan[1].tile_loop]
+    assert launches, "EP8 down at 32-row blocks runs the tile loop"
+    blocks = int((expert_ids[: ntp.item() // 32] >= 0).sum())
+    tiles = blocks * -(-problem.packed.n // launches[-1].cols_per_cta)
+    grid = torch.cuda.get_device_properties(0).multi_processor_count
+    split = wave_model.tail_split(tiles, grid, problem.packed.k // 64, 1, wave_model.TAIL_MIN_PIECE_STAGES_CWG4)[1]
+    assert split == 4, (tiles, grid, split)
+    again = run_indexed(problem, sorted_ids, expert_ids, ntp, 32)
+    ids = reference_fp32(problem, sorted_ids, expert_ids, ntp, 32)[0]
+    assert torch.equal(again[ids], out[ids]), "the split tail's sums changed between runs"
+    assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), "a launch left its counters non-zero"
+
+
 def test_short_k_deferred_store_graph_replays(kernel_family):
     """TP8 down prefill (K=256, 96-row blocks): the tile loop with its epilogue on the producer's
     store warps, warp 0 gathering the rows (DEFER_STORE, docs/design/indexed-kernels.md v51). 8192

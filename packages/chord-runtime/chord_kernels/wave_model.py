@@ -104,19 +104,25 @@ TAIL_MIN_PIECE_STAGES = 16
 TAIL_MAX_SPLIT = 4
 
 
-def tail_split(tiles: int, grid: int, stages: int, stage_step: int = 1) -> tuple[int, int]:
+# The 4-warpgroup tiles' shorter pieces (WgmmaTiles::kTailMinPieceStages).
+TAIL_MIN_PIECE_STAGES_CWG4 = 8
+
+
+def tail_split(tiles: int, grid: int, stages: int, stage_step: int = 1,
+               min_piece_stages: int = TAIL_MIN_PIECE_STAGES) -> tuple[int, int]:
     """(whole tiles, pieces a tail tile) of a tile loop of ``tiles`` tiles on ``grid`` CTAs, each
-    ``stages`` K stages (taken ``stage_step`` at a time): TailSplit's rule, which the kernel
-    applies on the device to the routing's tile count."""
+    ``stages`` K stages (taken ``stage_step`` at a time), pieces of at least ``min_piece_stages``:
+    TailSplit's rule, which the kernel applies on the device to the routing's tile count."""
     rem = tiles % grid
-    split = max(1, min(grid // rem if rem else 1, TAIL_MAX_SPLIT, stages // TAIL_MIN_PIECE_STAGES))
+    split = max(1, min(grid // rem if rem else 1, TAIL_MAX_SPLIT, stages // min_piece_stages))
     return (tiles - rem if split > 1 else tiles), split
 
 
-def tail_pieces(tiles: int, grid: int, stages: int, stage_step: int = 1) -> list[tuple[int, int, int, int]]:
+def tail_pieces(tiles: int, grid: int, stages: int, stage_step: int = 1,
+                min_piece_stages: int = TAIL_MIN_PIECE_STAGES) -> list[tuple[int, int, int, int]]:
     """Every unit the CTAs claim, as TailSplit::unit returns it: (tile, first stage, end stage,
     piece index or -1 for a whole tile)."""
-    whole, split = tail_split(tiles, grid, stages, stage_step)
+    whole, split = tail_split(tiles, grid, stages, stage_step, min_piece_stages)
     steps = stages // stage_step
     units = [(t, 0, steps * stage_step, -1) for t in range(whole)]
     for v in range((tiles - whole) * split):
