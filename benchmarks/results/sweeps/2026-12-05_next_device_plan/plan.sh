@@ -411,6 +411,12 @@ for step in "$@"; do
       # reach the 4-warpgroup tile loop: the sanitizer's other indexed wgmma cases are short K)
       tree_checks "$([[ $step == chk69 ]] && echo stg4 || echo dfr4)" "-n 4 tests/gpu" "" \
         wgmma wgmma_sk4 "grouped:4-warpgroup" "grouped:512 x 24" ;;
+    abv71g)  # v71 (ts8n, landed at 52fa154) on the grouped 4-warpgroup downs, against main before it (carry
+      # [".whl", ".ab/b5c03e9"]; `bash benchmarks/ab_tree.sh b5c03e9`): offsets form EP8/EP16 T=64/128
+      # down, ncu ABBA at the clocks do_bench sees (~1.5 min; abts8n measured only the indexed points)
+      boost_ab abv71_grouped "$D/ab_v71_grouped" grouped \
+        "--paths grouped_contiguous --scenarios ep8,ep16 --tokens 64,128 --dists uniform --projections down" \
+        base=.ab/b5c03e9 v71=. ;;
     ts8nchk)  # ts8n (.ab/ts8n, carried: main + ../2026-12-06_ts8n_cwg4_tail_pieces/ts8n.diff): the 4-warpgroup
       # tile loop's split tail in pieces of 8+ stages (v58's rule on the 512-row tiles only); the
       # tile-loop GPU tests of both families from its tree (the quarter-tail test among them), then
