@@ -5,22 +5,24 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the twenty-sixth session, 2026-12-07: three starts refused (540 s), then one H100
-# lease: chk70, ab6970, mainchk, chk69, idxgrid). v69 (stg4) landed at e2f85bb; v70 (dfr4) tied
-# with it on the H100 and waits for an H200 A/B (indexed-kernels.md v69, v70). Every step but
+# Pending (after the twenty-seventh session, 2026-12-07: starts refused, one H100 lease: ts8nchk,
+# abts8n; ts8n landed as v71 at 52fa154). v69 (stg4) landed at e2f85bb, v71 on top; v70 (dfr4)
+# tied with v69 on the H100 and waits for an H200 A/B (indexed-kernels.md v69-v71). Every step but
 # gv59, gv60*, the trees' steps, abbias and hostab runs main (carry [".whl"]; `mkdir -p .whl &&
 # pip download -q --no-deps -d .whl humming-kernels==0.1.19 packaging` if it is gone). With
 # CHORD_COMMIT=<main's short sha>, one call each, in this order:
-#   1. on an H200: idxgrid (~2 min) and grpgrid (~5.5 min): the grids of record with v69, then
-#      ab70 (~2.5 min, carry [".whl", ".ab/dfr4"]; the tree: `bash benchmarks/ab_tree.sh HEAD dfr4
-#      --patch <abs path>/2026-12-06_dfr4_cwg4_deferred_epilogue/dfr4_on_e2f85bb.diff`): v70 against
-#      main, ncu ABBA. If it wins on the H200: `git apply` that diff (it carries its test updates),
-#      mainchk SAN_CASES="wgmma wgmma_sk4 grouped:4-warpgroup" (chk70 ran clean on the H100), regrid
+#   1. on an H200: idxgrid (~2 min) and grpgrid (~5.5 min): the grids of record with v69 and v71,
+#      then ab70 (~2.5 min, carry [".whl", ".ab/dfr4"]; the tree: `bash benchmarks/ab_tree.sh HEAD dfr4
+#      --patch <abs path>/2026-12-06_dfr4_cwg4_deferred_epilogue/dfr4_on_e2f85bb.diff`, which applies
+#      to main with v71 too): v70 against main, ncu ABBA. If it wins on the H200: `git apply` that diff
+#      (it carries its test updates), mainchk SAN_CASES="wgmma wgmma_sk4 grouped:4-warpgroup" (chk70
+#      ran clean on the H100), regrid
+#   0b. after v71, on either GPU: mainchk SAN_CASES="wgmma wgmma_sk4 grouped:4-warpgroup" (ts8nchk ran
+#      the tree's tile-loop tests and its split-tail sanitizer cases clean) and abv71g (carry
+#      [".whl", ".ab/b5c03e9"]: v71 on the grouped 4-warpgroup downs)
 #   2. on an H200: dnstore (~2 min): main without its output writes on the same points (the
 #      epilogue's whole cost, the bound for v70 and v69), if ab70 leaves it in doubt
-#   3. ts8nchk + abts8n (~5 min, carry .ab/ts8n): v58's 8-stage tail pieces on the 4-warpgroup tiles
-#      only (../2026-12-06_ts8n_cwg4_tail_pieces/ts8n.diff applies to main at e2f85bb, v69 in;
-#      `bash benchmarks/ab_tree.sh HEAD ts8n --patch <abs path>/ts8n.diff`; re-make it on v70 if v70 lands)
+#   3. (ts8nchk and abts8n ran 2026-12-07 on an H100: ts8n landed as v71)
 #   4. on an H200: abbias (~5 min, carry [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`):
 #      the immediate 136 bias against main, ncu ABBA (indexed-kernels.md v62/v63)
 #   5. on an H200: midprof (~3 min): where EP8 T=128 gate_up's ~1540 cycles a stage go when its feed
@@ -417,13 +419,13 @@ for step in "$@"; do
       boost_ab abv71_grouped "$D/ab_v71_grouped" grouped \
         "--paths grouped_contiguous --scenarios ep8,ep16 --tokens 64,128 --dists uniform --projections down" \
         base=.ab/b5c03e9 v71=. ;;
-    ts8nchk)  # ts8n (.ab/ts8n, carried: main + ../2026-12-06_ts8n_cwg4_tail_pieces/ts8n.diff): the 4-warpgroup
+    ts8nchk)  # (ran 2026-12-07, H100: landed as v71) ts8n (.ab/ts8n, carried: main + ../2026-12-06_ts8n_cwg4_tail_pieces/ts8n.diff): the 4-warpgroup
       # tile loop's split tail in pieces of 8+ stages (v58's rule on the 512-row tiles only); the
       # tile-loop GPU tests of both families from its tree (the quarter-tail test among them), then
       # memcheck and racecheck on the grouped split-tail and 4-warpgroup cases (~3 min)
       tree_checks ts8n "tests/gpu/test_indexed_gpu.py tests/gpu/test_grouped_gpu.py" \
         "tile_loop or (prefill_blocks and (auto or wgmma))" "grouped:split tail" "grouped:4-warpgroup" ;;
-    abts8n)  # ts8n against main, ncu ABBA at the clocks do_bench sees: the down points whose 4-warpgroup
+    abts8n)  # (ran 2026-12-07, H100) ts8n against main, ncu ABBA at the clocks do_bench sees: the down points whose 4-warpgroup
       # last wave it cuts finer: indexed EP8 T=64/128 down, uniform and skewed (~2 min)
       if grep -Eq "^ts8n_(pytest|memcheck|racecheck) rc=[1-9]" "$D/status" 2>/dev/null; then st abts8n_skipped 1
       else
