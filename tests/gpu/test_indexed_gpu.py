@@ -281,7 +281,7 @@ def test_tile_loop_tail_in_quarters_over_k_2048(kernel_family):
     """EP8 down (K=2048, 32 stages) at 32-row blocks, the 4-warpgroup 32 x 512 tile on the tile
     loop: ~1000 routes on 48 experts make ~48 blocks x 14 column tiles, a last wave of a few
     tiles on the SMs, which the split tail cuts into four 8-stage pieces (the 4-warpgroup tiles'
-    kTailMinPieceStages; indexed-kernels.md v58). The reference, the same bits run to run, the
+    kTailMinPieceStages; indexed-kernels.md v71). The reference, the same bits run to run, the
     counters left zero."""
     from chord_kernels import ops, wave_model
 
