@@ -5,21 +5,22 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the twenty-seventh session, 2026-12-07: starts refused, one H100 lease: ts8nchk,
-# abts8n; ts8n landed as v71 at 52fa154). v69 (stg4) landed at e2f85bb, v71 on top; v70 (dfr4)
-# tied with v69 on the H100 and waits for an H200 A/B (indexed-kernels.md v69-v71). Every step but
+# Pending (after the twenty-eighth session, 2026-12-07: sixteen calls refused, one H100 lease:
+# mainchk and abv71g at 6e96133, clean, and v71 +3.7 / -1.9 % on the grouped EP8 T=64/128 downs).
+# v69 (stg4) landed at e2f85bb, v71 (ts8n) at 52fa154 on top; v70 (dfr4) tied with v69 on the H100
+# and waits for an H200 A/B (indexed-kernels.md v69-v71, grouped-kernels.md v64). Every step but
 # gv59, gv60*, the trees' steps, abbias and hostab runs main (carry [".whl"]; `mkdir -p .whl &&
 # pip download -q --no-deps -d .whl humming-kernels==0.1.19 packaging` if it is gone). With
 # CHORD_COMMIT=<main's short sha>, one call each, in this order:
 #   1. on an H200: idxgrid (~2 min) and grpgrid (~5.5 min): the grids of record with v69 and v71,
 #      then ab70 (~2.5 min, carry [".whl", ".ab/dfr4"]; the tree: `bash benchmarks/ab_tree.sh HEAD dfr4
 #      --patch <abs path>/2026-12-06_dfr4_cwg4_deferred_epilogue/dfr4_on_e2f85bb.diff`, which applies
-#      to main with v71 too): v70 against main, ncu ABBA. If it wins on the H200: `git apply` that diff
-#      (it carries its test updates), mainchk SAN_CASES="wgmma wgmma_sk4 grouped:4-warpgroup" (chk70
-#      ran clean on the H100), regrid
-#   0b. after v71, on either GPU: mainchk SAN_CASES="wgmma wgmma_sk4 grouped:4-warpgroup" (ts8nchk ran
-#      the tree's tile-loop tests and its split-tail sanitizer cases clean) and abv71g (carry
-#      [".whl", ".ab/b5c03e9"]: v71 on the grouped 4-warpgroup downs)
+#      to main with v71 too) and abv71g (~1 min, carry [".whl", ".ab/b5c03e9"]; `bash
+#      benchmarks/ab_tree.sh b5c03e9`): v70 against main, and v71 on the grouped downs, where the
+#      H100 read EP8 T=64 +3.7 % and T=128 -1.9 % (grouped v64). If v70 wins on the H200: `git apply`
+#      that diff (it carries its test updates), mainchk SAN_CASES="wgmma wgmma_sk4
+#      grouped:4-warpgroup" (chk70 ran clean on the H100), regrid
+#   0b. (mainchk and abv71g ran 2026-12-07 on an H100 at 6e96133: clean; grouped v64)
 #   2. on an H200: dnstore (~2 min): main without its output writes on the same points (the
 #      epilogue's whole cost, the bound for v70 and v69), if ab70 leaves it in doubt
 #   3. (ts8nchk and abts8n ran 2026-12-07 on an H100: ts8n landed as v71)
