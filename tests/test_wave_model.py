@@ -81,11 +81,11 @@ def test_tail_split_rule(tiles, grid, stages, step, want):
     (10, 8, (10, 1)),      # one piece's length: whole
 ])
 def test_tail_split_rule_of_the_4_warpgroup_tiles(tiles, stages, want):
-    assert wave_model.tail_split(tiles, 132, stages, 1, wave_model.TAIL_MIN_PIECE_STAGES_CWG4) == want
+    assert wave_model.tail_split(tiles, 132, stages, 1, wave_model.TAIL_MIN_PIECE_STAGES_INDEXED_CWG4) == want
 
 
 def test_tail_pieces_cover_every_tile_and_stage_once():
-    pieces = (wave_model.TAIL_MIN_PIECE_STAGES, wave_model.TAIL_MIN_PIECE_STAGES_CWG4)
+    pieces = (wave_model.TAIL_MIN_PIECE_STAGES, wave_model.TAIL_MIN_PIECE_STAGES_INDEXED_CWG4)
     for tiles, grid, stages, step, least in itertools.product((1, 40, 131, 133, 192, 200, 397), (132, 66), (32, 112),
                                                               (1, 2), pieces):
         covered = {}
@@ -105,7 +105,7 @@ def test_tail_split_mirror_matches_the_kernel_header(tmp_path, real_nvcc):
     from chord_kernels.jit.paths import csrc_dir
 
     cases = list(itertools.product((1, 7, 40, 60, 131, 132, 133, 192, 200, 397, 2112), (132, 66, 7), (16, 32, 112),
-                                   (1, 2), (wave_model.TAIL_MIN_PIECE_STAGES, wave_model.TAIL_MIN_PIECE_STAGES_CWG4)))
+                                   (1, 2), (wave_model.TAIL_MIN_PIECE_STAGES, wave_model.TAIL_MIN_PIECE_STAGES_INDEXED_CWG4)))
     src = tmp_path / "tail.cu"
     src.write_text('#include <cstdio>\n#include "common/tail_split.cuh"\nint main() {\n  const int c[][5] = {'
                    + ",".join("{" + ",".join(map(str, case)) + "}" for case in cases) + "};\n"
@@ -119,6 +119,27 @@ def test_tail_split_mirror_matches_the_kernel_header(tmp_path, real_nvcc):
     for case, line in zip(cases, lines, strict=True):
         got = [tuple(map(int, u.split())) for u in line.split(";") if u]
         assert got == wave_model.tail_pieces(*case), case
+
+
+def test_tail_piece_lengths_are_the_kernels(tmp_path, real_nvcc):
+    """The mirror's piece lengths against the tile loops' own (WgmmaTiles::kTailMinPieceStages of
+    each family's row tiles), as static_asserts compiled for sm_90a: the indexed family's
+    4-warpgroup tiles in 8-stage pieces, the grouped family's and every 2-warpgroup tile in 16."""
+    from chord_kernels.jit import compiler
+    from chord_kernels.jit.paths import csrc_dir
+
+    tiles = "chord::WgmmaTiles<2, {bn}, 8, 64, {rows}, {cwg}>::kTailMinPieceStages"
+    indexed, grouped = "chord::IndexedRowTiles", "chord::GroupedRowTiles<chord::{}>::template Of"
+    want = [(indexed, 4, wave_model.TAIL_MIN_PIECE_STAGES_INDEXED_CWG4), (indexed, 2, wave_model.TAIL_MIN_PIECE_STAGES)]
+    want += [(grouped.format(r), cwg, wave_model.TAIL_MIN_PIECE_STAGES)
+             for r in ("kContiguousRows", "kContiguousOffsets", "kMasked") for cwg in (2, 4)]
+    src = tmp_path / "pieces.cu"
+    src.write_text('#include "indexed/w4a16_indexed_mma.cuh"\n#include "grouped/w4a16_grouped_mma.cuh"\n'
+                   + "".join(f"static_assert({tiles.format(bn=32, rows=rows, cwg=cwg)} == {n});\n"
+                             for rows, cwg, n in want))
+    done = subprocess.run([real_nvcc, "-std=c++17", *compiler.gencode_flags("sm_90a"), "-I", str(csrc_dir()), "-c",
+                           "-o", str(tmp_path / "pieces.o"), str(src)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("tiles,stages,grid,want", [

@@ -17,13 +17,14 @@ namespace chord {
 // by different CTAs; no piece waits for another: the last to finish adds them up).
 // Measured (H200, v19): EP32 T=128 gate_up 192 tiles -20 %. Two rounds of pieces (rem x split
 // up to 2 x grid, e.g. 76 tiles in thirds) did not pay: TP8 T=8192 gate_up +1.3 %.
-// The 4-warpgroup tiles (512 weight rows: mid batch) take pieces from 8 stages (min_piece_stages):
-// over K=2048 (32 stages) a last wave of 12 tiles (indexed EP8 T=64/128 down: 672 tiles on 132
-// CTAs) then ends a quarter tile after the whole ones, not half (indexed-kernels.md v58, v71; H100:
-// -2.0 / -3.1 % there under uniform routing). The grouped offsets downs with the same 12-tile
-// wave read -1.9 % at 32 columns and +3.7 % at 24 (grouped-kernels.md v64; unexplained, the H200
-// A/B decides). The wide 2-warpgroup tiles keep 16: their partials (up to 128 rows x 256) cost
-// what the shorter piece saves (v58: +1.7 to +3.9 %).
+// The indexed family's 4-warpgroup tiles (512 weight rows: mid batch) take pieces from 8 stages
+// (min_piece_stages; IndexedRowTiles::kTailMinPieceStagesCwg4): over K=2048 (32 stages) a last
+// wave of 12 tiles (indexed EP8 T=64/128 down: 672 tiles on 132 CTAs) then ends a quarter tile
+// after the whole ones, not half (indexed-kernels.md v58, v71; H100: -2.0 / -3.1 % there under
+// uniform routing). The grouped family's keep 16: its offsets downs with the same 12-tile wave
+// read +3.7 / +5.2 / +3.9 % at 24 columns in quarters and -1.9 / -1.2 / +0.5 % at 32 (three H100
+// ncu A/Bs, grouped-kernels.md v64, v65; unexplained). The wide 2-warpgroup tiles keep 16: their
+// partials (up to 128 rows x 256) cost what the shorter piece saves (v58: +1.7 to +3.9 %).
 struct TailSplit {
   static constexpr int kMinPieceStages = 16, kMaxSplit = 4;
   int whole, split, units;

@@ -78,7 +78,7 @@ struct WgmmaTiles {
   static constexpr int kProducerRegs = CWG == 4 ? 64 : kWideConsumers ? 72 : Tile::kBlockPairs ? 104 : 88;
   static constexpr int kConsumerRegs = CWG == 4 ? 104 : kWideConsumers ? 216 : Tile::kBlockPairs ? 200 : 208;
   static constexpr bool kPairable = CWG == 2;  // MoeParams::pick_rows is read (see run)
-  static constexpr int kTailMinPieceStages = CWG == 4 ? 8 : TailSplit::kMinPieceStages;  // see TailSplit
+  static constexpr int kTailMinPieceStages = CWG == 4 ? Rows::kTailMinPieceStagesCwg4 : TailSplit::kMinPieceStages;  // see TailSplit
 
   // The host keeps row tiles x column tiles + 2 x CTAs under 2^31 (chord_kernels/ops.py) and
   // passes p.locks zeroed (2 + CTAs of them: the counters, then a lock per split tile) with a

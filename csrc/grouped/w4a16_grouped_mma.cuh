@@ -154,6 +154,9 @@ struct GroupedRowTiles {
     // The mma stream-K tile reads MoeParams::pick_rows (the masked form's narrow pair,
     // dispatch.pair_narrow_mid_batch); no other form's mma tile is ever paired.
     static constexpr bool kPairedMma = ROUTING == kMasked;
+    // The tile loop's split tail on the 4-warpgroup tiles: the default pieces, not the indexed
+    // family's 8-stage ones (common/tail_split.cuh says what each measured).
+    static constexpr int kTailMinPieceStagesCwg4 = TailSplit::kMinPieceStages;
     __device__ static int count(const MoeParams& p) {
       if (ROUTING == kContiguousRows) return (p.num_routes + kTok - 1) / kTok;
       return count_tiles_in_warp<ROUTING>(p, kTok);

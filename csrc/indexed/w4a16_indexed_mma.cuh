@@ -56,6 +56,7 @@ struct IndexedRowTiles {
   static constexpr bool kCountByWarpScan = false;  // from the parameters (WgmmaStreamK::run)
   static constexpr bool kEvictFirstWeights = true;  // MoeParams::evict_first_tiles
   static constexpr bool kPairedMma = false;         // MoeParams::pick_rows: never paired
+  static constexpr int kTailMinPieceStagesCwg4 = 8;  // the tile loop's split tail (common/tail_split.cuh)
   __device__ static int count(const MoeParams& p) {
     const int64_t padded = max(__ldg(p.num_tokens_padded), 0);
     return (int)min((int64_t)p.num_blocks, (padded + p.block_m - 1) / p.block_m) * p.ctas_per_block;

@@ -296,7 +296,7 @@ def test_tile_loop_tail_in_quarters_over_k_2048(kernel_family):
     blocks = int((expert_ids[: ntp.item() // 32] >= 0).sum())
     tiles = blocks * -(-problem.packed.n // launches[-1].cols_per_cta)
     grid = torch.cuda.get_device_properties(0).multi_processor_count
-    split = wave_model.tail_split(tiles, grid, problem.packed.k // 64, 1, wave_model.TAIL_MIN_PIECE_STAGES_CWG4)[1]
+    split = wave_model.tail_split(tiles, grid, problem.packed.k // 64, 1, wave_model.TAIL_MIN_PIECE_STAGES_INDEXED_CWG4)[1]
     assert split == 4, (tiles, grid, split)
     again = run_indexed(problem, sorted_ids, expert_ids, ntp, 32)
     ids = reference_fp32(problem, sorted_ids, expert_ids, ntp, 32)[0]

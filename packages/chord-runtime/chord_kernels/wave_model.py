@@ -104,8 +104,10 @@ TAIL_MIN_PIECE_STAGES = 16
 TAIL_MAX_SPLIT = 4
 
 
-# The 4-warpgroup tiles' shorter pieces (WgmmaTiles::kTailMinPieceStages).
-TAIL_MIN_PIECE_STAGES_CWG4 = 8
+# The indexed family's 4-warpgroup tiles take shorter pieces (IndexedRowTiles::kTailMinPieceStagesCwg4,
+# read by WgmmaTiles::kTailMinPieceStages); the grouped family's keep TAIL_MIN_PIECE_STAGES
+# (csrc/common/tail_split.cuh says what each measured).
+TAIL_MIN_PIECE_STAGES_INDEXED_CWG4 = 8
 
 
 def tail_split(tiles: int, grid: int, stages: int, stage_step: int = 1,

@@ -5,21 +5,22 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the twenty-eighth session, 2026-12-07: sixteen calls refused, one H100 lease:
-# mainchk and abv71g at 6e96133, clean, and v71 +3.7 / -1.9 % on the grouped EP8 T=64/128 downs).
-# v69 (stg4) landed at e2f85bb, v71 (ts8n) at 52fa154 on top; v70 (dfr4) tied with v69 on the H100
-# and waits for an H200 A/B (indexed-kernels.md v69-v71, grouped-kernels.md v64). Every step but
-# gv59, gv60*, the trees' steps, abbias and hostab runs main (carry [".whl"]; `mkdir -p .whl &&
-# pip download -q --no-deps -d .whl humming-kernels==0.1.19 packaging` if it is gone). With
-# CHORD_COMMIT=<main's short sha>, one call each, in this order:
-#   1. on an H200: idxgrid (~2 min) and grpgrid (~5.5 min): the grids of record with v69 and v71,
-#      then ab70 (~2.5 min, carry [".whl", ".ab/dfr4"]; the tree: `bash benchmarks/ab_tree.sh HEAD dfr4
-#      --patch <abs path>/2026-12-06_dfr4_cwg4_deferred_epilogue/dfr4_on_e2f85bb.diff`, which applies
-#      to main with v71 too) and abv71g (~1 min, carry [".whl", ".ab/b5c03e9"]; `bash
-#      benchmarks/ab_tree.sh b5c03e9`): v70 against main, and v71 on the grouped downs, where the
-#      H100 read EP8 T=64 +3.7 % and T=128 -1.9 % (grouped v64). If v70 wins on the H200: `git apply`
-#      that diff (it carries its test updates), mainchk SAN_CASES="wgmma wgmma_sk4
-#      grouped:4-warpgroup" (chk70 ran clean on the H100), regrid
+# Pending (after the twenty-ninth session, 2026-12-07: one H100 lease: grpgrid and idxgrid at 191deeb,
+# abv71g twice more; grouped-kernels.md v65 then gave the grouped tile loop its 16-stage tail pieces
+# back, every grouped kernel SASS-identical to b5c03e9's, every indexed one to 191deeb's).
+# v69 (stg4) landed at e2f85bb, v71 (ts8n) at 52fa154 on top (indexed family only since v65); v70
+# (dfr4) tied with v69 on the H100 and waits for an H200 A/B (indexed-kernels.md v69-v71, grouped-
+# kernels.md v64, v65). Every step but gv59, gv60*, the trees' steps, abbias and hostab runs main
+# (carry [".whl"]; `mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19
+# packaging` if it is gone). With CHORD_COMMIT=<main's short sha>, one call each, in this order:
+#   1. on an H200: idxgrid (~2 min) and grpgrid (~5.5 min): the grids of record with v69, v71 and
+#      v65 (the H100 grids at 191deeb ran in the twenty-ninth session), then ab70 (~2.5 min, carry
+#      [".whl", ".ab/dfr4"]; rebuild the tree on main first: `bash benchmarks/ab_tree.sh HEAD dfr4
+#      --patch <abs path>/2026-12-06_dfr4_cwg4_deferred_epilogue/dfr4_on_e2f85bb.diff`, which still
+#      applies) and abv71g (~1 min, carry [".whl", ".ab/191deeb"]; `bash benchmarks/ab_tree.sh
+#      191deeb`): v70 against main, and the grouped quarters against main's halves. If v70 wins on
+#      the H200: `git apply` that diff (it carries its test updates), mainchk SAN_CASES="wgmma
+#      wgmma_sk4 grouped:4-warpgroup" (chk70 ran clean on the H100), regrid
 #   0b. (mainchk and abv71g ran 2026-12-07 on an H100 at 6e96133: clean; grouped v64)
 #   2. on an H200: dnstore (~2 min): main without its output writes on the same points (the
 #      epilogue's whole cost, the bound for v70 and v69), if ab70 leaves it in doubt
@@ -414,12 +415,15 @@ for step in "$@"; do
       # reach the 4-warpgroup tile loop: the sanitizer's other indexed wgmma cases are short K)
       tree_checks "$([[ $step == chk69 ]] && echo stg4 || echo dfr4)" "-n 4 tests/gpu" "" \
         wgmma wgmma_sk4 "grouped:4-warpgroup" "grouped:512 x 24" ;;
-    abv71g)  # v71 (ts8n, landed at 52fa154) on the grouped 4-warpgroup downs, against main before it (carry
-      # [".whl", ".ab/b5c03e9"]; `bash benchmarks/ab_tree.sh b5c03e9`): offsets form EP8/EP16 T=64/128
-      # down, ncu ABBA at the clocks do_bench sees (~1.5 min; abts8n measured only the indexed points)
+    abv71g)  # grouped-kernels.md v65: main (the grouped tile loop's 16-stage pieces back) against v71's
+      # quarters in the grouped family, the tree .ab/191deeb (carry [".whl", ".ab/191deeb"]; `bash
+      # benchmarks/ab_tree.sh 191deeb`): offsets form EP8/EP16 T=64/128 down, ncu ABBA at the clocks
+      # do_bench sees (~1 min). Three H100 runs (main was v71 then) read EP8 T=64 +3.7/+5.2/+3.9 % and
+      # T=128 -1.9/-1.2/+0.5 % for the quarters; if the H200 reads T=128 faster in quarters, key the
+      # grouped trait by width
       boost_ab abv71_grouped "$D/ab_v71_grouped" grouped \
         "--paths grouped_contiguous --scenarios ep8,ep16 --tokens 64,128 --dists uniform --projections down" \
-        base=.ab/b5c03e9 v71=. ;;
+        base=. v71=.ab/191deeb ;;
     ts8nchk)  # (ran 2026-12-07, H100: landed as v71) ts8n (.ab/ts8n, carried: main + ../2026-12-06_ts8n_cwg4_tail_pieces/ts8n.diff): the 4-warpgroup
       # tile loop's split tail in pieces of 8+ stages (v58's rule on the 512-row tiles only); the
       # tile-loop GPU tests of both families from its tree (the quarter-tail test among them), then
