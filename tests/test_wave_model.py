@@ -80,7 +80,7 @@ def test_tail_split_rule(tiles, grid, stages, step, want):
     (140, 112, (132, 4)),  # deep K: the split's cap decides, as at 16
     (10, 8, (10, 1)),      # one piece's length: whole
 ])
-def test_tail_split_rule_of_the_4_warpgroup_tiles(tiles, stages, want):
+def test_tail_split_rule_of_the_indexed_4_warpgroup_tiles(tiles, stages, want):
     assert wave_model.tail_split(tiles, 132, stages, 1, wave_model.TAIL_MIN_PIECE_STAGES_INDEXED_CWG4) == want
 
 
@@ -128,14 +128,14 @@ def test_tail_piece_lengths_are_the_kernels(tmp_path, real_nvcc):
     from chord_kernels.jit import compiler
     from chord_kernels.jit.paths import csrc_dir
 
-    tiles = "chord::WgmmaTiles<2, {bn}, 8, 64, {rows}, {cwg}>::kTailMinPieceStages"
+    tiles = "chord::WgmmaTiles<2, 32, 8, 64, {rows}, {cwg}>::kTailMinPieceStages"  # 512 x 32 at 4 warpgroups
     indexed, grouped = "chord::IndexedRowTiles", "chord::GroupedRowTiles<chord::{}>::template Of"
     want = [(indexed, 4, wave_model.TAIL_MIN_PIECE_STAGES_INDEXED_CWG4), (indexed, 2, wave_model.TAIL_MIN_PIECE_STAGES)]
     want += [(grouped.format(r), cwg, wave_model.TAIL_MIN_PIECE_STAGES)
              for r in ("kContiguousRows", "kContiguousOffsets", "kMasked") for cwg in (2, 4)]
     src = tmp_path / "pieces.cu"
     src.write_text('#include "indexed/w4a16_indexed_mma.cuh"\n#include "grouped/w4a16_grouped_mma.cuh"\n'
-                   + "".join(f"static_assert({tiles.format(bn=32, rows=rows, cwg=cwg)} == {n});\n"
+                   + "".join(f"static_assert({tiles.format(rows=rows, cwg=cwg)} == {n});\n"
                              for rows, cwg, n in want))
     done = subprocess.run([real_nvcc, "-std=c++17", *compiler.gencode_flags("sm_90a"), "-I", str(csrc_dir()), "-c",
                            "-o", str(tmp_path / "pieces.o"), str(src)], capture_output=True, text=True)
