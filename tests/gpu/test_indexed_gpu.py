@@ -304,6 +304,25 @@ def test_tile_loop_tail_in_quarters_over_k_2048(kernel_family):
     assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), "a launch left its counters non-zero"
 
 
+def test_tile_loop_split_tail_graph_replays(kernel_family):
+    """The 4-warpgroup tile loop's split tail under CUDA graphs: EP8 down at 32-row blocks, ~1000
+    routes (a last wave of a few tiles, cut into pieces whose partials one CTA adds up), captured
+    once and replayed with uniform and skewed routings in between (other tile counts, other
+    splits). Every replay matches the reference and leaves the claim counters and the split
+    tiles' locks zero."""
+    from chord_kernels import ops
+
+    if kernel_family != "auto":
+        pytest.skip("the dispatch's own choice")
+
+    def locks_zero():
+        assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), \
+            "a launch left a counter or a split tile's lock non-zero"
+
+    replay_with_routing_changed("ep8_down", 1000, 32, 62, [(63, False), (64, True), (65, False), (66, True)],
+                                locks_zero)
+
+
 def test_short_k_deferred_store_graph_replays(kernel_family):
     """TP8 down prefill (K=256, 96-row blocks): the tile loop with its epilogue on the producer's
     store warps, warp 0 gathering the rows (DEFER_STORE, docs/design/indexed-kernels.md v51). 8192

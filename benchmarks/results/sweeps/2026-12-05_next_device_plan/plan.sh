@@ -5,9 +5,10 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the twenty-ninth session, 2026-12-07: one H100 lease: grpgrid and idxgrid at 191deeb,
-# abv71g twice more; grouped-kernels.md v65 then gave the grouped tile loop its 16-stage tail pieces
-# back, every grouped kernel SASS-identical to b5c03e9's, every indexed one to 191deeb's).
+# Pending (after the thirtieth session, 2026-12-07: two H100 leases: mainchk clean at 63465f6, dnstore
+# and midprof ran on the H100, and v72chk/abv72 measured the shared tail sum and eighths
+# (indexed-kernels.md v72/v73: correct, not faster, not landed). The twenty-ninth session's:
+# grpgrid and idxgrid at 191deeb on an H100, grouped-kernels.md v65).
 # v69 (stg4) landed at e2f85bb, v71 (ts8n) at 52fa154 on top (indexed family only since v65); v70
 # (dfr4) tied with v69 on the H100 and waits for an H200 A/B (indexed-kernels.md v69-v71, grouped-
 # kernels.md v64, v65). Every step but gv59, gv60*, the trees' steps, abbias and hostab runs main
@@ -23,12 +24,14 @@
 #      wgmma_sk4 grouped:4-warpgroup" (chk70 ran clean on the H100), regrid
 #   0b. (mainchk and abv71g ran 2026-12-07 on an H100 at 6e96133: clean; grouped v64)
 #   2. on an H200: dnstore (~2 min): main without its output writes on the same points (the
-#      epilogue's whole cost, the bound for v70 and v69), if ab70 leaves it in doubt
+#      epilogue's whole cost, the bound for v70 and v69), if ab70 leaves it in doubt (on the H100,
+#      2026-12-07: 3.4-5.0 % of the down)
 #   3. (ts8nchk and abts8n ran 2026-12-07 on an H100: ts8n landed as v71)
 #   4. on an H200: abbias (~5 min, carry [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`):
 #      the immediate 136 bias against main, ncu ABBA (indexed-kernels.md v62/v63)
 #   5. on an H200: midprof (~3 min): where EP8 T=128 gate_up's ~1540 cycles a stage go when its feed
-#      alone takes ~1180 and its k loop alone 1084 (indexed-kernels.md v60, v63)
+#      alone takes ~1180 and its k loop alone 1084 (indexed-kernels.md v60, v63; the H100 run of
+#      2026-12-07 is bytes-bound there, so only the H200's answers it)
 #   6. hostab (~2 min, carry [".whl", ".ab/3909673"]; HOST_BASE=3909673) on the H200 host
 #   0. after a kernel lands: mainchk (~3 min, either GPU; SAN_CASES names the change's sanitizer
 #      cases): main's whole GPU suite, memcheck and racecheck
@@ -415,6 +418,22 @@ for step in "$@"; do
       # reach the 4-warpgroup tile loop: the sanitizer's other indexed wgmma cases are short K)
       tree_checks "$([[ $step == chk69 ]] && echo stg4 || echo dfr4)" "-n 4 tests/gpu" "" \
         wgmma wgmma_sk4 "grouped:4-warpgroup" "grouped:512 x 24" ;;
+    v72chk)  # (ran 2026-12-07, H100: both correct; not landed, the trees are gone: rebuild from
+      # ../2026-12-07_h100_v72_shared_tail_sum/*.diff) indexed-kernels.md v72/v73: the working tree (main + v72, the shared split-tail fix-up on
+      # the 4-warpgroup tiles) and .ab/e8 (v72 + v73: the indexed 4-warpgroup tail in up to 8 pieces
+      # of 4+ stages; carry [".whl", ".ab/e8", ".ab/63465f6"]): the working tree's whole GPU suite and
+      # the sanitizer cases that reach the 4-warpgroup split tail, then e8's indexed tile-loop tests
+      # and its wgmma cases (~4.5 min)
+      TREE_DIR=. tree_checks dfx "-n 4 tests/gpu" "" wgmma wgmma_sk4 "grouped:4-warpgroup" "grouped:512 x 24"
+      tree_checks e8 "-n 4 tests/gpu/test_indexed_gpu.py" "quarters or tile_loop or shared_tail or auto" wgmma ;;
+    abv72)  # (ran 2026-12-07, H100: neither faster) v72 and v73 against main (.ab/63465f6), ncu ABBA at the clocks do_bench sees: indexed EP8
+      # T=64/128 down (the 12-tile last wave), uniform and skewed, then grouped offsets EP8/16/32
+      # T=64/128 down, main against v72 (~2.5 min)
+      boost_ab abv72_indexed "$D/ab_v72_indexed" indexed \
+        "--scenarios ep8 --tokens 64,128 --dists uniform,skew --projections down" base=.ab/63465f6 dfx=. e8=.ab/e8
+      boost_ab abv72_grouped "$D/ab_v72_grouped" grouped \
+        "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens 64,128 --dists uniform --projections down" \
+        base=.ab/63465f6 dfx=. ;;
     abv71g)  # grouped-kernels.md v65: main (the grouped tile loop's 16-stage pieces back) against v71's
       # quarters in the grouped family, the tree .ab/191deeb (carry [".whl", ".ab/191deeb"]; `bash
       # benchmarks/ab_tree.sh 191deeb`): offsets form EP8/EP16 T=64/128 down, ncu ABBA at the clocks
