@@ -418,6 +418,24 @@ for step in "$@"; do
       # reach the 4-warpgroup tile loop: the sanitizer's other indexed wgmma cases are short K)
       tree_checks "$([[ $step == chk69 ]] && echo stg4 || echo dfr4)" "-n 4 tests/gpu" "" \
         wgmma wgmma_sk4 "grouped:4-warpgroup" "grouped:512 x 24" ;;
+    dnbal)  # indexed-kernels.md v72's lead: how far apart the CTAs end on the mid-batch downs (the
+      # tile loop's claimed tiles drift; Humming's stream-K gives every CTA an equal run). ncu's
+      # basic set plus the SMs' active cycles (max/min/mean) for main and Humming on indexed EP8
+      # T=64/128 down, uniform; then main's per-CTA trace (start/end, ns) of T=64/128 uniform and
+      # T=128 skewed (~3 min, either GPU)
+      for t in 64 128; do
+        for who in chord:main humming:peer; do
+          NCU_SET=basic NCU_METRICS=sm__cycles_active.max,sm__cycles_active.min,sm__cycles_active.avg OUT=$D/dnbal \
+            timeout 120 bash benchmarks/ncu_point.sh "${who%%:*}" ep8 "$t" down uniform "${who#*:}" >> "$D/dnbal.log" 2>&1
+          st "dnbal_${who#*:}_$t" $?
+        done
+      done
+      rm -f "$D"/dnbal/*.ncu-rep "$D"/dnbal/*.sass.csv
+      for pt in "64 uniform" "128 uniform" "128 skew"; do
+        read -r tokens dist <<< "$pt"
+        OUT=$D/dnbal timeout 120 bash benchmarks/cta_trace.sh ep8 "$tokens" down "$dist" >> "$D/dnbal.log" 2>&1
+        st "dnbal_trace_${tokens}_$dist" $?
+      done ;;
     v72chk)  # (ran 2026-12-07, H100: both correct; not landed, the trees are gone: rebuild from
       # ../2026-12-07_h100_v72_shared_tail_sum/*.diff) indexed-kernels.md v72/v73: the working tree (main + v72, the shared split-tail fix-up on
       # the 4-warpgroup tiles) and .ab/e8 (v72 + v73: the indexed 4-warpgroup tail in up to 8 pieces
