@@ -418,7 +418,20 @@ for step in "$@"; do
       # reach the 4-warpgroup tile loop: the sanitizer's other indexed wgmma cases are short K)
       tree_checks "$([[ $step == chk69 ]] && echo stg4 || echo dfr4)" "-n 4 tests/gpu" "" \
         wgmma wgmma_sk4 "grouped:4-warpgroup" "grouped:512 x 24" ;;
-    dnbal)  # indexed-kernels.md v72's lead: how far apart the CTAs end on the mid-batch downs (the
+    lwchk)  # (ran 2026-12-07, H100: clean; v74 not landed, rebuild the tree from
+      # ../2026-12-07_h100_v74_late_wave/v74.diff) indexed-kernels.md v74 (the working tree: the 4-warpgroup tile loop cuts a late wave
+      # too): the indexed tile-loop GPU tests (the late-wave test, the quarters, the graph replays,
+      # the Kimi shapes), memcheck and racecheck on the wgmma cases (a late-wave one among them) (~2.5 min)
+      TREE_DIR=. tree_checks lw "-n 4 tests/gpu/test_indexed_gpu.py" "late_wave or quarters or split_tail or tile_loop or auto" wgmma ;;
+    ablw)  # (ran 2026-12-07, H100: the late-wave points +3 to +6.5 %) v74 against main (.ab/63465f6; carry [".whl", ".ab/63465f6"]), ncu ABBA at the clocks do_bench
+      # sees: indexed EP8 T=128 skewed down (728 tiles, 5.52 waves: the late wave), and the controls
+      # T=64/128 uniform down (12-tile tails: one round, unchanged rule) (~1 min; twice in one call
+      # to see the spread)
+      for run in 1 2; do
+        boost_ab "ablw$run" "$D/ab_lw$run" indexed "--scenarios ep8 --tokens 64,128 --dists uniform,skew --projections down" \
+          base=.ab/63465f6 lw=.
+      done ;;
+    dnbal)  # (ran 2026-12-07, H100: indexed-kernels.md v74) indexed-kernels.md v72's lead: how far apart the CTAs end on the mid-batch downs (the
       # tile loop's claimed tiles drift; Humming's stream-K gives every CTA an equal run). ncu's
       # basic set plus the SMs' active cycles (max/min/mean) for main and Humming on indexed EP8
       # T=64/128 down, uniform; then main's per-CTA trace (start/end, ns) of T=64/128 uniform and
