@@ -418,7 +418,7 @@ for step in "$@"; do
       # reach the 4-warpgroup tile loop: the sanitizer's other indexed wgmma cases are short K)
       tree_checks "$([[ $step == chk69 ]] && echo stg4 || echo dfr4)" "-n 4 tests/gpu" "" \
         wgmma wgmma_sk4 "grouped:4-warpgroup" "grouped:512 x 24" ;;
-    abp16)  # grouped-kernels.md "at 0fe2077": the grouped grid read v65 (16-stage pieces back) -4 to -6 %
+    abp16)  # (ran 2026-12-07, H100: halves -0.1 to +2.0 %, v71 stays) grouped-kernels.md "at 0fe2077": the grouped grid read v65 (16-stage pieces back) -4 to -6 %
       # on the 512 x 24/32 downs; does the indexed family's v71 (8-stage pieces) cost the same? main
       # against .ab/p16 (main + ../2026-12-07_h100_p16/p16.diff: IndexedRowTiles::kTailMinPieceStagesCwg4
       # = 16; carry [".whl", ".ab/p16"]), ncu ABBA at boost, indexed EP8 T=64/128 down, twice (~70 s)
