@@ -5,10 +5,10 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the thirtieth session, 2026-12-07: two H100 leases: mainchk clean at 63465f6, dnstore
-# and midprof ran on the H100, and v72chk/abv72 measured the shared tail sum and eighths
-# (indexed-kernels.md v72/v73: correct, not faster, not landed). The twenty-ninth session's:
-# grpgrid and idxgrid at 191deeb on an H100, grouped-kernels.md v65).
+# Pending (after the thirtieth session, 2026-12-07: every lease an H100: mainchk clean at 63465f6;
+# dnstore, midprof and dnbal ran; v72chk/abv72 and lwchk/ablw measured v72-v74, none landed
+# (indexed-kernels.md); grpgrid at 0fe2077 (v65 in: grouped-kernels.md "at 0fe2077"); abp16 kept
+# v71 in the indexed family. The twenty-ninth session's: both grids at 191deeb on an H100).
 # v69 (stg4) landed at e2f85bb, v71 (ts8n) at 52fa154 on top (indexed family only since v65); v70
 # (dfr4) tied with v69 on the H100 and waits for an H200 A/B (indexed-kernels.md v69-v71, grouped-
 # kernels.md v64, v65). Every step but gv59, gv60*, the trees' steps, abbias and hostab runs main
