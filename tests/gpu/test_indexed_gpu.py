@@ -154,7 +154,6 @@ def test_wgmma_streamk_nearly_full_last_wave(kernel_family, tuning, monkeypatch)
     """Long K, one tile per expert: a last wave 7/8 full or more runs every tile whole (the
     data-parallel part then is not a multiple of the grid), a little less splits the last two
     waves (streamk_schedule.cuh, kWgmmaWholeTiles). Both against the reference, twice, locks zero."""
-    from chord_kernels import ops
 
     from .moe_problems import Problem
 
@@ -177,7 +176,7 @@ def test_wgmma_streamk_nearly_full_last_wave(kernel_family, tuning, monkeypatch)
         again = run_indexed(problem, sorted_ids, expert_ids, ntp, 16)
         ids = reference_fp32(problem, sorted_ids, expert_ids, ntp, 16)[0]
         assert torch.equal(again[ids], out[ids]), "stream-K result changed between runs"
-        assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), "a lock left non-zero"
+        assert_locks_zero("a lock left non-zero")
 
 
 @pytest.mark.parametrize("tuning", ["CWG=4", "CWG=4,WM=1", "CWG=4,BN=56", "CWG=4,BN=48", "CWG=2,BN=56"])
@@ -211,6 +210,14 @@ def test_four_consumer_warpgroups(kernel_family, tuning, monkeypatch):
         out = indexed(a, packed, sorted_ids, expert_ids, ntp, top_k, block_m)
         ref = reference.moe_indexed_reference(a.cpu(), w, sorted_ids.cpu(), expert_ids.cpu(), ntp.cpu(), top_k, block_m)
         torch.testing.assert_close(out.cpu().float(), ref.float(), rtol=2e-2, atol=2e-2)
+
+
+def assert_locks_zero(message):
+    """The newest stream-K scratch's locks (the tile loop's claim counters and split-tile locks
+    too) are all zero: every kernel leaves them so for the next launch."""
+    from chord_kernels import ops
+
+    assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), message
 
 
 def replay_with_routing_changed(shape, tokens, block_m, seed, replays, after_each=lambda: None):
@@ -265,16 +272,12 @@ def test_tile_loop_graph_replays_and_counters_left_zero(kernel_family):
     tiles from a device counter (the stream-K locks) that the last CTA zeroes: graph replays with
     the routing changed between them stay correct, and every launch leaves the counters zero.
     EP8 down at 128-row blocks: 28 column tiles a block, more tiles than resident CTAs."""
-    from chord_kernels import ops
 
     if kernel_family != "wgmma":
         pytest.skip("one family: the wgmma tile")
     # warm-up allocated the locks: the newest pair is the one the captured launch uses
-    def counters_zero():
-        assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), \
-            "a tile-loop launch left its counters non-zero"
-
-    replay_with_routing_changed("ep8_down", 384, 128, 21, [(22, False), (23, True), (24, True)], counters_zero)
+    replay_with_routing_changed("ep8_down", 384, 128, 21, [(22, False), (23, True), (24, True)],
+                                lambda: assert_locks_zero("a tile-loop launch left its counters non-zero"))
 
 
 def test_tile_loop_tail_in_quarters_over_k_2048(kernel_family):
@@ -301,7 +304,7 @@ def test_tile_loop_tail_in_quarters_over_k_2048(kernel_family):
     again = run_indexed(problem, sorted_ids, expert_ids, ntp, 32)
     ids = reference_fp32(problem, sorted_ids, expert_ids, ntp, 32)[0]
     assert torch.equal(again[ids], out[ids]), "the split tail's sums changed between runs"
-    assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), "a launch left its counters non-zero"
+    assert_locks_zero("a launch left its counters non-zero")
 
 
 def test_tile_loop_split_tail_graph_replays(kernel_family):
@@ -310,17 +313,12 @@ def test_tile_loop_split_tail_graph_replays(kernel_family):
     once and replayed with uniform and skewed routings in between (other tile counts, other
     splits). Every replay matches the reference and leaves the claim counters and the split
     tiles' locks zero."""
-    from chord_kernels import ops
 
     if kernel_family != "auto":
         pytest.skip("the dispatch's own choice")
 
-    def locks_zero():
-        assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), \
-            "a launch left a counter or a split tile's lock non-zero"
-
     replay_with_routing_changed("ep8_down", 1000, 32, 62, [(63, False), (64, True), (65, False), (66, True)],
-                                locks_zero)
+                                lambda: assert_locks_zero("a launch left a counter or a split tile's lock non-zero"))
 
 
 def test_short_k_deferred_store_graph_replays(kernel_family):
@@ -338,8 +336,7 @@ def test_short_k_deferred_store_graph_replays(kernel_family):
     def deferred_and_counters_zero():
         launches = [plan[1] for plan in ops._indexed_plans.values() if plan[1].spec.config.get("DEFER_STORE")]
         assert launches and all(launch.tile_loop for launch in launches)
-        assert not ops._streamk_buffers[torch.cuda.current_device()][-1][1].any(), \
-            "a tile-loop launch left its counters non-zero"
+        assert_locks_zero("a tile-loop launch left its counters non-zero")
 
     replay_with_routing_changed("tp8_down", 1024, 96, 31, [(32, False), (33, True), (34, False)],
                                 deferred_and_counters_zero)

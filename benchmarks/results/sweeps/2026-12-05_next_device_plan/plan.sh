@@ -8,7 +8,10 @@
 # Pending (after the thirtieth session, 2026-12-07: every lease an H100: mainchk clean at 63465f6;
 # dnstore, midprof and dnbal ran; v72chk/abv72 and lwchk/ablw measured v72-v74, none landed
 # (indexed-kernels.md); grpgrid at 0fe2077 (v65 in: grouped-kernels.md "at 0fe2077"); abp16 kept
-# v71 in the indexed family. The twenty-ninth session's: both grids at 191deeb on an H100).
+# v71 in the indexed family. The twenty-ninth session's: both grids at 191deeb on an H100). The steps
+# that measured v72-v74 and abp16 (v72chk, abv72, lwchk, ablw, abp16) are in git history at 9e6f1b8;
+# their trees rebuild from the diffs in ../2026-12-07_h100_v72_shared_tail_sum/,
+# ../2026-12-07_h100_v74_late_wave/ and ../2026-12-07_h100_p16/).
 # v69 (stg4) landed at e2f85bb, v71 (ts8n) at 52fa154 on top (indexed family only since v65); v70
 # (dfr4) tied with v69 on the H100 and waits for an H200 A/B (indexed-kernels.md v69-v71, grouped-
 # kernels.md v64, v65). Every step but gv59, gv60*, the trees' steps, abbias and hostab runs main
@@ -418,27 +421,6 @@ for step in "$@"; do
       # reach the 4-warpgroup tile loop: the sanitizer's other indexed wgmma cases are short K)
       tree_checks "$([[ $step == chk69 ]] && echo stg4 || echo dfr4)" "-n 4 tests/gpu" "" \
         wgmma wgmma_sk4 "grouped:4-warpgroup" "grouped:512 x 24" ;;
-    abp16)  # (ran 2026-12-07, H100: halves -0.1 to +2.0 %, v71 stays) grouped-kernels.md "at 0fe2077": the grouped grid read v65 (16-stage pieces back) -4 to -6 %
-      # on the 512 x 24/32 downs; does the indexed family's v71 (8-stage pieces) cost the same? main
-      # against .ab/p16 (main + ../2026-12-07_h100_p16/p16.diff: IndexedRowTiles::kTailMinPieceStagesCwg4
-      # = 16; carry [".whl", ".ab/p16"]), ncu ABBA at boost, indexed EP8 T=64/128 down, twice (~70 s)
-      for run in 1 2; do
-        boost_ab "abp16_$run" "$D/ab_p16_$run" indexed "--scenarios ep8 --tokens 64,128 --dists uniform,skew --projections down" \
-          base=. p16=.ab/p16
-      done ;;
-    lwchk)  # (ran 2026-12-07, H100: clean; v74 not landed, rebuild the tree from
-      # ../2026-12-07_h100_v74_late_wave/v74.diff) indexed-kernels.md v74 (the working tree: the 4-warpgroup tile loop cuts a late wave
-      # too): the indexed tile-loop GPU tests (the late-wave test, the quarters, the graph replays,
-      # the Kimi shapes), memcheck and racecheck on the wgmma cases (a late-wave one among them) (~2.5 min)
-      TREE_DIR=. tree_checks lw "-n 4 tests/gpu/test_indexed_gpu.py" "late_wave or quarters or split_tail or tile_loop or auto" wgmma ;;
-    ablw)  # (ran 2026-12-07, H100: the late-wave points +3 to +6.5 %) v74 against main (.ab/63465f6; carry [".whl", ".ab/63465f6"]), ncu ABBA at the clocks do_bench
-      # sees: indexed EP8 T=128 skewed down (728 tiles, 5.52 waves: the late wave), and the controls
-      # T=64/128 uniform down (12-tile tails: one round, unchanged rule) (~1 min; twice in one call
-      # to see the spread)
-      for run in 1 2; do
-        boost_ab "ablw$run" "$D/ab_lw$run" indexed "--scenarios ep8 --tokens 64,128 --dists uniform,skew --projections down" \
-          base=.ab/63465f6 lw=.
-      done ;;
     dnbal)  # (ran 2026-12-07, H100: indexed-kernels.md v74) indexed-kernels.md v72's lead: how far apart the CTAs end on the mid-batch downs (the
       # tile loop's claimed tiles drift; Humming's stream-K gives every CTA an equal run). ncu's
       # basic set plus the SMs' active cycles (max/min/mean) for main and Humming on indexed EP8
@@ -457,22 +439,6 @@ for step in "$@"; do
         OUT=$D/dnbal timeout 120 bash benchmarks/cta_trace.sh ep8 "$tokens" down "$dist" >> "$D/dnbal.log" 2>&1
         st "dnbal_trace_${tokens}_$dist" $?
       done ;;
-    v72chk)  # (ran 2026-12-07, H100: both correct; not landed, the trees are gone: rebuild from
-      # ../2026-12-07_h100_v72_shared_tail_sum/*.diff) indexed-kernels.md v72/v73: the working tree (main + v72, the shared split-tail fix-up on
-      # the 4-warpgroup tiles) and .ab/e8 (v72 + v73: the indexed 4-warpgroup tail in up to 8 pieces
-      # of 4+ stages; carry [".whl", ".ab/e8", ".ab/63465f6"]): the working tree's whole GPU suite and
-      # the sanitizer cases that reach the 4-warpgroup split tail, then e8's indexed tile-loop tests
-      # and its wgmma cases (~4.5 min)
-      TREE_DIR=. tree_checks dfx "-n 4 tests/gpu" "" wgmma wgmma_sk4 "grouped:4-warpgroup" "grouped:512 x 24"
-      tree_checks e8 "-n 4 tests/gpu/test_indexed_gpu.py" "quarters or tile_loop or shared_tail or auto" wgmma ;;
-    abv72)  # (ran 2026-12-07, H100: neither faster) v72 and v73 against main (.ab/63465f6), ncu ABBA at the clocks do_bench sees: indexed EP8
-      # T=64/128 down (the 12-tile last wave), uniform and skewed, then grouped offsets EP8/16/32
-      # T=64/128 down, main against v72 (~2.5 min)
-      boost_ab abv72_indexed "$D/ab_v72_indexed" indexed \
-        "--scenarios ep8 --tokens 64,128 --dists uniform,skew --projections down" base=.ab/63465f6 dfx=. e8=.ab/e8
-      boost_ab abv72_grouped "$D/ab_v72_grouped" grouped \
-        "--paths grouped_contiguous --scenarios ep8,ep16,ep32 --tokens 64,128 --dists uniform --projections down" \
-        base=.ab/63465f6 dfx=. ;;
     abv71g)  # grouped-kernels.md v65: main (the grouped tile loop's 16-stage pieces back) against v71's
       # quarters in the grouped family, the tree .ab/191deeb (carry [".whl", ".ab/191deeb"]; `bash
       # benchmarks/ab_tree.sh 191deeb`): offsets form EP8/EP16 T=64/128 down, ncu ABBA at the clocks
