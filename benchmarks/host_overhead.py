@@ -13,13 +13,19 @@ the wall time of a batch's calls is the host cost; the synchronizes between batc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import time
 
 import chord_kernels
 import torch
-from chord_kernels import contiguous, contiguous_offsets, indexed, layouts, masked, routing
+from chord_kernels import contiguous, contiguous_offsets, indexed, layouts, masked, ops, routing
+
+try:  # the base tree of an A/B (an older chord_kernels) has no fast call
+    from chord_kernels.jit import fast_call
+except ImportError:
+    fast_call = None
 
 # The calls are timed in batches queued behind a GPU sleep, so the GPU never holds the host back
 # (a paired grouped call is two launches whose GPU time exceeds their host time) and the launch
@@ -66,13 +72,13 @@ def tiny_indexed_problem():
 def _bare_indexed_launch(a, packed, sorted_ids, expert_ids, ntp, out):
     """A function that launches the (only) indexed plan's kernel with the parameters one call
     through the real path packs: the launch without the call's Python part."""
-    from chord_kernels import ops
-
     (key, plan), = ops._indexed_plans.items()
     kernel, launch, grid, block = plan[:4]
     packed_params = []
 
     class Recorder:
+        fn, ctx = kernel.fn, kernel.ctx  # what the Python path records for the fast call
+
         def launch(self, grid, block, smem, stream, params):
             packed_params.append(params)
 
@@ -122,8 +128,24 @@ def main() -> None:
     # parameters the last call packed): what is left of `indexed` without its Python part.
     results["indexed_bare_launch"] = per_call_us(_bare_indexed_launch(a, w_idx, sorted_ids, expert_ids, ntp, out),
                                                  args.calls)
+    fast = getattr(ops, "_fast_call", None)
+    if fast is not None and getattr(fast_call, "recording", False):  # the fast call is on: the same call without it
+        with _python_path_only():
+            results["indexed_python_path"] = per_call_us(
+                lambda: indexed(a, w_idx, sorted_ids, expert_ids, ntp, 2, 8, out), args.calls)
     print(json.dumps({"gpu": torch.cuda.get_device_name(), "chord_kernels": chord_kernels.__file__,
-                      "us_per_call": results}, indent=1))
+                      "fast_call": bool(getattr(fast_call, "recording", False)), "us_per_call": results}, indent=1))
+
+
+@contextlib.contextmanager
+def _python_path_only():
+    """The entry points' Python launch path alone (the fast call answers False, nothing recorded)."""
+    fast, recording = ops._fast_call, fast_call.recording
+    ops._fast_call, fast_call.recording = (lambda *args: False), False
+    try:
+        yield
+    finally:
+        ops._fast_call, fast_call.recording = fast, recording
 
 
 if __name__ == "__main__":

@@ -29,6 +29,29 @@ def real_nvcc() -> str:
         pytest.skip("nvcc not installed")
 
 
+@pytest.fixture
+def stub_device(monkeypatch):
+    """The CUDA entry points' host side with no GPU: sm_90a, 132 SMs, the H200's bandwidth, 3
+    resident CTAs an SM per kernel, stub tensor maps (the address and box bytes they were made
+    for); kernels are not loaded (the list records the specs asked for)."""
+    import struct
+
+    from chord_kernels import dispatch, ops, tma
+
+    loaded = []
+    monkeypatch.setattr(ops, "kernel_arch", lambda index: "sm_90a")
+    monkeypatch.setattr(ops, "_load", lambda launch, device: loaded.append(launch.spec) or "kernel")
+    monkeypatch.setattr(ops, "_device_index", lambda device: 0)
+    monkeypatch.setattr(ops, "_sm_count", lambda index: 132)
+    monkeypatch.setattr(ops, "memory_tbps", lambda index: dispatch.H200_MEMORY_TBPS)
+    monkeypatch.setattr(ops, "_resident_ctas", lambda kernel, launch, device: 3 * launch.spec.min_blocks_per_sm)
+    monkeypatch.setattr(ops, "_streamk_buffers", {})
+    # tensor maps need the driver: a stub "map" records the address and box bytes it was made for
+    monkeypatch.setattr(tma, "encode", lambda geo, address: struct.pack("@2Q", address, geo.box_bytes).ljust(128, b"\0"))
+    monkeypatch.setattr(tma, "_maps", {})
+    return loaded
+
+
 def pytest_collection_modifyitems(config, items):
     if not items:
         return

@@ -8,22 +8,6 @@ import torch
 from chord_kernels import dispatch, layouts, ops, routing, tma
 
 
-@pytest.fixture
-def stub_device(monkeypatch):
-    loaded = []
-    monkeypatch.setattr(ops, "kernel_arch", lambda index: "sm_90a")
-    monkeypatch.setattr(ops, "_load", lambda launch, device: loaded.append(launch.spec) or "kernel")
-    monkeypatch.setattr(ops, "_device_index", lambda device: 0)
-    monkeypatch.setattr(ops, "_sm_count", lambda index: 132)
-    monkeypatch.setattr(ops, "memory_tbps", lambda index: dispatch.H200_MEMORY_TBPS)
-    monkeypatch.setattr(ops, "_resident_ctas", lambda kernel, launch, device: 3 * launch.spec.min_blocks_per_sm)
-    monkeypatch.setattr(ops, "_streamk_buffers", {})
-    # tensor maps need the driver: a stub "map" records the address and box bytes it was made for
-    monkeypatch.setattr(tma, "encode", lambda geo, address: struct.pack("@2Q", address, geo.box_bytes).ljust(128, b"\0"))
-    monkeypatch.setattr(tma, "_maps", {})
-    return loaded
-
-
 def _problem(e=4, n=64, k=256, tokens=3, top_k=2, block_m=8):
     codes = torch.randint(0, 16, (e, n, k), dtype=torch.uint8)
     scale = torch.rand(e, n, k // 32).to(torch.bfloat16)

@@ -225,27 +225,52 @@ void zero_global(std::uintptr_t fn_handle, std::uintptr_t ctx_handle, const std:
   check(driver().cuMemsetD8(ptr, 0, bytes), "cuMemsetD8");
 }
 
-// Hot path: no allocation, no Python object creation beyond argument parsing.
-void launch(std::uintptr_t fn_handle, std::uintptr_t ctx_handle, unsigned gx, unsigned gy,
-            unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned smem,
-            std::uintptr_t stream, py::bytes params) {
+// The launch itself, for both launch paths: the Python one (launch, below) and the fast call's
+// C++ one (csrc/launcher/fast_call.cpp, which takes this function's address from launch_entry).
+// Every Chord kernel takes one parameter, its struct by value: passed as kernelParams (the driver
+// copies it to the parameter's own offset). Not as one raw parameter buffer: a struct aligned to
+// 64 bytes (MoeTmaParams, holding tensor maps) does not start at the buffer's offset 0 (on sm_90
+// it lands 48 bytes in), and the kernel would read every field shifted.
+void launch_params(std::uintptr_t fn_handle, std::uintptr_t ctx_handle, unsigned gx, unsigned gy, unsigned gz,
+                   unsigned bx, unsigned by, unsigned bz, unsigned smem, std::uintptr_t stream, void* params) {
   if (gx == 0 || gy == 0 || gz == 0) return;  // an empty problem launches nothing
   const Driver& d = driver();
   auto ctx = reinterpret_cast<CUcontext>(ctx_handle);
   CUcontext cur = nullptr;
   check(d.cuCtxGetCurrent(&cur), "cuCtxGetCurrent");
   if (cur != ctx) check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
-  char* buf = nullptr;
-  Py_ssize_t size = 0;
-  if (PyBytes_AsStringAndSize(params.ptr(), &buf, &size) != 0) throw py::error_already_set();
-  // Every Chord kernel takes one parameter, its struct by value: passed as kernelParams (the
-  // driver copies it to the parameter's own offset). Not as one raw parameter buffer: a struct
-  // aligned to 64 bytes (MoeTmaParams, holding tensor maps) does not start at the buffer's offset
-  // 0 (on sm_90 it lands 48 bytes in), and the kernel would read every field shifted.
-  void* args[] = {buf};
+  void* args[] = {params};
   check(d.cuLaunchKernel(reinterpret_cast<CUfunction>(fn_handle), gx, gy, gz, bx, by, bz, smem,
                          reinterpret_cast<CUstream>(stream), args, nullptr),
         "cuLaunchKernel");
+}
+
+// Hot path: no allocation, no Python object creation beyond argument parsing.
+void launch(std::uintptr_t fn_handle, std::uintptr_t ctx_handle, unsigned gx, unsigned gy,
+            unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned smem,
+            std::uintptr_t stream, py::bytes params) {
+  char* buf = nullptr;
+  Py_ssize_t size = 0;
+  if (PyBytes_AsStringAndSize(params.ptr(), &buf, &size) != 0) throw py::error_already_set();
+  launch_params(fn_handle, ctx_handle, gx, gy, gz, bx, by, bz, smem, stream, buf);
+}
+
+// launch_params behind a C signature (no exception crosses it): 0, or -1 with the error's text in
+// `message` (at most `capacity` bytes, NUL-terminated). Its type is chord::LaunchEntry in
+// fast_call.cpp; the fast call module gets its address from launch_entry().
+extern "C" int chord_launch_entry(std::uintptr_t fn, std::uintptr_t ctx, unsigned gx, unsigned gy, unsigned gz,
+                                  unsigned bx, unsigned by, unsigned bz, unsigned smem, std::uintptr_t stream,
+                                  void* params, char* message, std::size_t capacity) {
+  try {
+    launch_params(fn, ctx, gx, gy, gz, bx, by, bz, smem, stream, params);
+    return 0;
+  } catch (const std::exception& e) {
+    if (capacity > 0) {
+      std::strncpy(message, e.what(), capacity - 1);
+      message[capacity - 1] = '\0';
+    }
+    return -1;
+  }
 }
 
 }  // namespace
@@ -265,4 +290,6 @@ PYBIND11_MODULE(_launcher, m) {
   m.def("launch", &launch, py::arg("fn"), py::arg("ctx"), py::arg("gx"), py::arg("gy"),
         py::arg("gz"), py::arg("bx"), py::arg("by"), py::arg("bz"), py::arg("smem"),
         py::arg("stream"), py::arg("params"));
+  m.def("launch_entry", [] { return reinterpret_cast<std::uintptr_t>(&chord_launch_entry); },
+        "The address of the C launch entry the fast call module launches through (fast_call.cpp).");
 }

@@ -7,6 +7,8 @@ import os
 import sys
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
+from . import env
+from .jit import fast_call
 from .jit.compiler import cache_key, compile_kernel, cubin_path, nvcc_version
 from .jit.kernel import DEFAULT_ARCH, KernelSpec
 from .jit.paths import cache_dir
@@ -35,6 +37,8 @@ def _cmd_precompile(args) -> int:
             specs.setdefault(spec.symbol, spec)
     paths = precompile(list(specs.values()), args.jobs, progress=not args.quiet)
     print(f"{len(paths)} kernel(s) ready in {cache_dir()} for profile(s) {', '.join(names)}")
+    if env.text(env.raw(env.FAST_CALL), "1").strip() != "0":  # the entry points' C++ launch path too
+        print(f"fast call ready: {fast_call.module_path()}")
     return 0
 
 
@@ -49,6 +53,7 @@ def _cmd_profiles(args) -> int:
 def _cmd_cache(args) -> int:
     print(f"cache dir: {cache_dir()}")
     print(f"nvcc: {nvcc_version().splitlines()[-1]}")
+    print(f"fast call: {fast_call.cached_path() or 'missing'}")
     for name in PROFILES:
         for spec in profile_specs(name, args.arch):
             state = "cached" if cubin_path(spec, cache_key(spec)).is_file() else "missing"

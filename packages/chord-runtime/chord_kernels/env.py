@@ -42,8 +42,9 @@ GROUPED_SPLIT_K = "CHORD_GROUPED_SPLIT_K"
 CTA_TRACE = "CHORD_CTA_TRACE"  # the diagnostic build: per-CTA start/end records (chord_kernels.cta_trace)
 DIAG_FEED_ONLY = "CHORD_DIAG_FEED_ONLY"  # the diagnostic build without the k loop's work (jit.launch)
 DIAG_NO_STORE = "CHORD_DIAG_NO_STORE"  # the diagnostic build without the output's stores (jit.launch)
+FAST_CALL = "CHORD_FAST_CALL"  # 0: the entry points' Python launch path alone (jit.fast_call)
 _KEYS = {name: name.encode() for name in (VALIDATE_ROUTING, INDEXED_KERNEL, TUNING, BLOCK_M, PRINT_CONFIGS,
-                                          GROUPED_SPLIT_K, CTA_TRACE, DIAG_FEED_ONLY, DIAG_NO_STORE)}
+                                          GROUPED_SPLIT_K, CTA_TRACE, DIAG_FEED_ONLY, DIAG_NO_STORE, FAST_CALL)}
 
 
 _FLAG_VALUES: dict = {}  # raw value -> bool: a switch read per call decodes each value once

@@ -26,6 +26,7 @@ from .dispatch import (
     select_grouped,
     select_indexed,
 )
+from .jit import fast_call
 from .jit.launch import LoadedKernel, load_kernel
 from .layouts import PackedW4A16
 
@@ -76,6 +77,28 @@ def _require(cond: bool, message: str) -> None:
 def _require_int32(device: torch.device, **tensors: torch.Tensor) -> None:
     for name, t in tensors.items():
         _require(t.dtype == torch.int32 and t.device == device, f"{name} must be int32 on {device}, got {t.dtype} on {t.device}")
+
+
+def _fast_call(*args) -> bool:
+    """The fast call (jit.fast_call: the launch path in C++), bound on the first CUDA call: it
+    launches a call the Python path planned and launched before (True), else answers False and
+    the Python path runs (and records its launch there). The arguments: the form, three ints of
+    the signature, a, qweight, scale, out, then the form's routing tensors (up to 3)."""
+    global _fast_call
+    _fast_call = fast_call.entry()
+    return _fast_call(*args)
+
+
+def _unbind_fast_call() -> None:
+    """The next CUDA call binds the fast call again (tests; CHORD_FAST_CALL read again)."""
+    global _fast_call
+    fast_call.reset()
+    _fast_call = _FAST_CALL_BINDER
+
+
+_FAST_CALL_BINDER = _fast_call
+_INDEXED, _CONTIGUOUS, _OFFSETS, _MASKED = (fast_call.INDEXED, fast_call.CONTIGUOUS, fast_call.CONTIGUOUS_OFFSETS,
+                                            fast_call.MASKED)
 
 
 def _device_index(device: torch.device) -> int:
@@ -245,8 +268,16 @@ def indexed(a: torch.Tensor, packed: PackedW4A16, sorted_ids: torch.Tensor, expe
         _require_int32(a.device, sorted_ids=sorted_ids, expert_ids=expert_ids, num_tokens_padded=num_tokens_padded)
         w = reference.dequantize_w4a16(packed)
         return reference.moe_indexed_reference(a, w, sorted_ids, expert_ids, num_tokens_padded, top_k, block_m, out)
-    _indexed_cuda(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, block_m, out)
+    _indexed_launch(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, block_m, out)
     return out
+
+
+def _indexed_launch(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, block_m, out) -> None:
+    """The CUDA call: the fast call where it knows the call, else the Python path (which records
+    its launch there, with these arguments)."""
+    if not _fast_call(_INDEXED, top_k, block_m, packed.block_k, a, packed.qweight, packed.scale, out, sorted_ids,
+                      expert_ids, num_tokens_padded):
+        _indexed_cuda(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, block_m, out)
 
 
 def _indexed_cuda(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, block_m, out) -> None:
@@ -273,6 +304,10 @@ def _indexed_cuda(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, b
         key = (qw_ptr, scale_ptr)
         params += tails_by_weight.get(key) or _remember(tails_by_weight, key, lambda: tail + _tma_params_tail(packed, launch))
     kernel.launch(grid, block, launch.smem_bytes, _current_stream(device_index), params)
+    if fast_call.recording:  # the next such call launches from C++ (the arguments as _indexed_launch passes them)
+        fast_call.remember(_INDEXED, (top_k, block_m, packed.block_k), (a, qw, packed.scale, out),
+                           (sorted_ids, expert_ids, num_tokens_padded), [(kernel, grid, block, launch.smem_bytes, params)],
+                           device_index, () if tails_by_weight is None else (1, 2))  # the weight's maps
 
 
 TAILS_KEPT = 4096  # a plan's address keys whose parameter tails it keeps (all, past it, are dropped)
@@ -405,6 +440,7 @@ def _grouped_plan(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
 
 
 _grouped_plans: dict = {}
+_GROUPED_FORMS = {"contiguous": _CONTIGUOUS, "contiguous_offsets": _OFFSETS, "masked": _MASKED}
 
 
 def _grouped_cuda(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route: torch.Tensor,
@@ -418,13 +454,28 @@ def _grouped_cuda(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
     if plan is None:
         plan = _grouped_plans[key] = _grouped_plan(routing_name, a, packed, route, out, expected_m,
                                                    env.text(key[-1], "auto"))
-    kernel, launch, grid, block, _, _, _, device_index, _, paired = plan
+    kernel, launch, grid, block, flat_copy, slot, _, device_index, tails_by_address, paired = plan
     first, second = _grouped_params(plan, a, packed, route, out)
     stream = _current_stream(device_index)
     kernel.launch(grid, block, launch.smem_bytes, stream, first)
+    launches = [(kernel, grid, block, launch.smem_bytes, first)]
     if paired:  # the pair's second kernel, on the same stream (graph-capturable): one of the two works
         other, kernel, grid, _ = paired
         kernel.launch(grid, (other.spec.threads, 1, 1), other.smem_bytes, stream, second)
+        launches.append((kernel, grid, (other.spec.threads, 1, 1), other.smem_bytes, second))
+    if fast_call.recording and not flat_copy:  # the next such call launches from C++ (a flat copy stays here)
+        fast_call.remember(_GROUPED_FORMS[routing_name], (expected_m, packed.block_k, None),
+                           (a, packed.qweight, packed.scale, out), (route,), launches, device_index,
+                           () if tails_by_address is None else (0, 1, 2))  # a's and the weight's maps
+
+
+def _grouped_launch(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route: torch.Tensor,
+                    out: torch.Tensor, expected_m) -> None:
+    """The CUDA call: the fast call where it knows the call, else the Python path (which records
+    its launch there, with these arguments)."""
+    if not _fast_call(_GROUPED_FORMS[routing_name], expected_m, packed.block_k, None, a, packed.qweight, packed.scale,
+                      out, route, None, None):
+        _grouped_cuda(routing_name, a, packed, route, out, expected_m)
 
 
 def _grouped_params(plan: tuple, a: torch.Tensor, packed: PackedW4A16, route: torch.Tensor,
@@ -477,7 +528,7 @@ def contiguous(a: torch.Tensor, packed: PackedW4A16, m_indices: torch.Tensor, ou
         if _validating(validate):
             _grouped_checks("contiguous", a, packed, m_indices)
             routing.validate_m_indices(m_indices, packed.num_experts)
-        _grouped_cuda("contiguous", a, packed, m_indices, out, 0)
+        _grouped_launch("contiguous", a, packed, m_indices, out, 0)
         return out
     _grouped_checks("contiguous", a, packed, m_indices)
     if _validating(validate):
@@ -508,7 +559,7 @@ def contiguous_offsets(a: torch.Tensor, packed: PackedW4A16, expert_offsets: tor
         if _validating(validate):
             _grouped_checks("contiguous_offsets", a, packed, expert_offsets)
             routing.validate_offsets(expert_offsets, a.shape[0])
-        _grouped_cuda("contiguous_offsets", a, packed, expert_offsets, out, expected_m)
+        _grouped_launch("contiguous_offsets", a, packed, expert_offsets, out, expected_m)
         return out
     _grouped_checks("contiguous_offsets", a, packed, expert_offsets)
     if _validating(validate):
@@ -543,7 +594,7 @@ def masked(a: torch.Tensor, packed: PackedW4A16, masked_m: torch.Tensor, expecte
         if _validating(validate):
             _grouped_checks("masked", a, packed, masked_m)
             routing.validate_masked(masked_m, g, a.shape[0] * (a.shape[1] if a.dim() == 3 else 1) // g)
-        _grouped_cuda("masked", a, packed, masked_m, out, expected_m)
+        _grouped_launch("masked", a, packed, masked_m, out, expected_m)
         return out
     _grouped_checks("masked", a, packed, masked_m)
     a2 = a.reshape(-1, a.shape[-1])

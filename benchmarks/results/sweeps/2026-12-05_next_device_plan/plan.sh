@@ -461,6 +461,17 @@ for step in "$@"; do
         boost_ab abts8n_indexed "$D/ab_ts8n_indexed" indexed \
           "--scenarios ep8 --tokens 64,128 --dists uniform,skew --projections down" base=. ts8n=.ab/ts8n
       fi ;;
+    fcchk)  # the fast call (chord_kernels.jit.fast_call, indexed-kernels.md "Host overhead per call"):
+      # its build against the device's torch (timed), its GPU tests, then main's whole GPU suite
+      # (pytest-xdist, 4 workers), whose repeated calls run through it
+      python3 -c "import time; t = time.perf_counter(); from chord_kernels.jit import fast_call; \
+print(fast_call.module_path(), f'{time.perf_counter() - t:.1f} s')" > "$D/fc_build.log" 2>&1
+      st fc_build $?; cat "$D/fc_build.log"
+      timeout 200 python3 -m pytest -m gpu tests/gpu/test_fast_call_gpu.py -q -p no:cacheprovider \
+        > "$D/fc_pytest.log" 2>&1
+      st fc_pytest $?; tail -3 "$D/fc_pytest.log"
+      timeout 360 python3 -m pytest -m gpu tests/gpu -n 4 -q -p no:cacheprovider > "$D/main_pytest.log" 2>&1
+      st main_pytest $?; tail -3 "$D/main_pytest.log" ;;
     hostab)  # host overhead a call (benchmarks/host_overhead.py, main's script), the tree .ab/$HOST_BASE
       # (carried; its launcher copied in by install) against main, base main three times, each on one core
       for i in 1 2 3; do
@@ -471,7 +482,8 @@ for step in "$@"; do
           st "host_${side}_$i" $?
         done
       done
-      for core in 3 5; do  # the two paths in one process, alternating (a process's mode hits both)
+      for core in ${HOST_INPROC_CORES-3 5}; do  # the two paths in one process, alternating (a process's mode hits both;
+        # the be6f133 launch paths: HOST_INPROC_CORES= skips it)
         PYTHONPATH=$PWD $(command -v taskset > /dev/null && echo taskset -c $core) timeout 200 python3 \
           benchmarks/results/sweeps/2026-12-06_h100_host_launch/inproc_ab.py > "$D/inproc_ab_$core.json" 2>&1
         st "inproc_ab_$core" $?; tail -6 "$D/inproc_ab_$core.json"
@@ -483,7 +495,7 @@ names = list(runs["main_1"])
 print("entry " + " ".join(runs), *(f"{n} " + " ".join(f"{r.get(n, float('nan')):.2f}" for r in runs.values()) for n in names), sep="\n")
 PY
       ;;
-    *) echo "unknown step $step (ab6970 chk69 chk70 dnstore ts8nchk abts8n mainchk v67once v67efw v68last hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
+    *) echo "unknown step $step (fcchk ab6970 chk69 chk70 dnstore ts8nchk abts8n mainchk v67once v67efw v68last hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
