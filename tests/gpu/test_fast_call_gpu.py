@@ -24,8 +24,7 @@ def forget_plans():
     """Both paths' plans dropped: the next call of any signature takes the Python path."""
     ops._indexed_plans.clear()
     ops._grouped_plans.clear()
-    if fast_call._module is not None:
-        fast_call._module.forget()
+    fast_call.forget()
 
 
 def twice(call, out, monkeypatch, python_path):

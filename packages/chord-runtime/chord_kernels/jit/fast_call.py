@@ -190,9 +190,16 @@ def remember(form: int, ints: tuple, operands: tuple, routes: tuple, launches: l
                      device, address_slots)
 
 
+def forget() -> None:
+    """Drop every plan the module holds (the next call of each signature takes the Python path).
+    For tests that change what the Python path would plan (a dispatch rule patched) without
+    changing the signature; nothing in serving needs it."""
+    if _module is not None:
+        _module.forget()
+
+
 def reset() -> None:
     """Forget the module's configuration and plans (tests): the next entry() configures again."""
     global recording
-    if _module is not None:
-        _module.forget()
+    forget()
     recording = False
