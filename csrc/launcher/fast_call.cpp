@@ -80,9 +80,20 @@ State g;
 
 void put(std::string& key, std::int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
 
+bool read_signature(PyObject* const* args, std::string& key, std::uint64_t* ptrs);
+
 // The call's signature into `key` and its slots' addresses into `ptrs`; false where an argument
-// is not what the fast path reads (no Python error is left set).
+// is not what the fast path reads (no Python error is left set, no C++ exception escapes: torch
+// throws c10::Error on a tensor with no data, say).
 bool signature(PyObject* const* args, std::string& key, std::uint64_t* ptrs) {
+  try {
+    return read_signature(args, key, ptrs);
+  } catch (...) {
+    return false;
+  }
+}
+
+bool read_signature(PyObject* const* args, std::string& key, std::uint64_t* ptrs) {
   const long form = PyLong_AsLong(args[0]);
   if (form < 0 || form >= kForms) {
     PyErr_Clear();
