@@ -238,3 +238,21 @@ def test_import_builds_and_loads_nothing():
     code = ("import sys, chord_kernels, chord_kernels.ops; "
             "assert 'chord_kernels._launcher' not in sys.modules and '_chord_fast_call' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_precompile_builds_it_and_cache_shows_it(module_path, monkeypatch, capsys):
+    """`chord-runtime precompile` builds the fast call beside the kernels (so serving never builds
+    it on a first request) unless CHORD_FAST_CALL=0; `chord-runtime cache` says where it is."""
+    from chord_kernels import cli
+
+    monkeypatch.setattr(cli, "profile_specs", lambda name, arch: [])
+    monkeypatch.setattr(fast_call, "module_path", lambda: module_path)
+    assert cli.main(["precompile", "--profile", "h200_ep8", "-q"]) == 0
+    assert f"fast call ready: {module_path}" in capsys.readouterr().out
+    monkeypatch.setenv(env.FAST_CALL, "0")
+    assert cli.main(["precompile", "--profile", "h200_ep8", "-q"]) == 0
+    assert "fast call" not in capsys.readouterr().out
+    monkeypatch.setattr(cli, "nvcc_version", lambda: "nvcc 13.0")
+    monkeypatch.setattr(fast_call, "cached_path", lambda: module_path)
+    assert cli.main(["cache"]) == 0
+    assert f"fast call: {module_path}" in capsys.readouterr().out

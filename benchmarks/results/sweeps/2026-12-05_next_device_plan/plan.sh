@@ -5,7 +5,9 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the thirtieth session, 2026-12-07: every lease an H100: mainchk clean at 63465f6;
+# Pending (after the thirty-first session, 2026-12-07: the fast call landed (ca7e1fd; fcchk and
+# hostab on an H100: host time a call 7.0-7.3 -> 3.8-4.2 µs, whole GPU suite green at 68349a8;
+# README.md). After the thirtieth, 2026-12-07: every lease an H100: mainchk clean at 63465f6;
 # dnstore, midprof and dnbal ran; v72chk/abv72 and lwchk/ablw measured v72-v74, none landed
 # (indexed-kernels.md); grpgrid at 0fe2077 (v65 in: grouped-kernels.md "at 0fe2077"); abp16 kept
 # v71 in the indexed family. The twenty-ninth session's: both grids at 191deeb on an H100). The steps
@@ -35,7 +37,9 @@
 #   5. on an H200: midprof (~3 min): where EP8 T=128 gate_up's ~1540 cycles a stage go when its feed
 #      alone takes ~1180 and its k loop alone 1084 (indexed-kernels.md v60, v63; the H100 run of
 #      2026-12-07 is bytes-bound there, so only the H200's answers it)
-#   6. hostab (~2 min, carry [".whl", ".ab/3909673"]; HOST_BASE=3909673) on the H200 host
+#   6. hostab (~2 min, carry [".whl", ".ab/86a1cee"]; HOST_BASE=86a1cee HOST_INPROC_CORES=; `bash
+#      benchmarks/ab_tree.sh 86a1cee`): the fast call against the Python launch path on the H200
+#      host (ran on an H100 host 2026-12-07: ../2026-12-07_h100_fast_call/)
 #   0. after a kernel lands: mainchk (~3 min, either GPU; SAN_CASES names the change's sanitizer
 #      cases): main's whole GPU suite, memcheck and racecheck
 # The twenty-fifth session's one-call variants (stg4one, abstg4, s4t8chk, abts8ng) are in git
