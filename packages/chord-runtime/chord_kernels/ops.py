@@ -454,7 +454,7 @@ def _grouped_cuda(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
     if plan is None:
         plan = _grouped_plans[key] = _grouped_plan(routing_name, a, packed, route, out, expected_m,
                                                    env.text(key[-1], "auto"))
-    kernel, launch, grid, block, flat_copy, slot, _, device_index, tails_by_address, paired = plan
+    kernel, launch, grid, block, flat_copy, _, _, device_index, tails_by_address, paired = plan
     first, second = _grouped_params(plan, a, packed, route, out)
     stream = _current_stream(device_index)
     kernel.launch(grid, block, launch.smem_bytes, stream, first)
