@@ -3,9 +3,10 @@
 The entry points (chord_kernels.ops) ask it first; it launches a call whose signature and
 weight addresses the Python path planned and launched before, and answers False for anything
 else, which then runs the Python path (every check, plan and error message lives there) and
-records its launch here. Why: the Python path's signature key and parameter pack cost ~2.5 µs a
-call on the CPU machine (~3.9 µs on an H100 host, where the launch alone is 3.5 µs); the issue's
-target is 5 µs a call (docs/design/indexed-kernels.md, "Host overhead per call").
+records its launch here. Why: the issue's target is 5 µs of host time a call, and on an H100
+host the launch alone takes ~3.5 µs; the Python path's signature key and parameter pack took
+~3.9 µs more (7.0-7.3 µs a call in all), the fast call ~0.5 (3.8-4.2 µs in all;
+docs/design/indexed-kernels.md, "Host overhead per call").
 
 The module links torch's C++ ABI (it reads tensor metadata from TensorImpl), so it is built at
 run time against the process's torch, like the kernels: a content-hashed build in the cache
