@@ -5,8 +5,9 @@ checks, dispatch and launch, on a problem so small the GPU never holds the host 
 
 Prints µs per call for each entry point (indexed, contiguous, contiguous_offsets, and a call that
 launches a grouped pair, masked with a 2-D and a 3-D input, an empty torch launch for scale, and
-the indexed call's launch alone: the same kernel and parameters, without the call's Python part);
-GPU only (SM90). The calls are timed in batches, each queued behind a GPU sleep (per_call_us), so
+the indexed call's launch alone: the same kernel and parameters, without the call's Python part;
+and, where the fast call is on, the indexed call on the Python launch path alone, in the same
+process: ``indexed_python_path``); GPU only (SM90). The calls are timed in batches, each queued behind a GPU sleep (per_call_us), so
 the wall time of a batch's calls is the host cost; the synchronizes between batches are excluded.
 """
 
