@@ -256,3 +256,15 @@ def test_precompile_builds_it_and_cache_shows_it(module_path, monkeypatch, capsy
     monkeypatch.setattr(fast_call, "cached_path", lambda: module_path)
     assert cli.main(["cache"]) == 0
     assert f"fast call: {module_path}" in capsys.readouterr().out
+
+
+def test_entry_points_bind_the_fast_call_on_their_first_cuda_call(monkeypatch):
+    """ops._fast_call starts as a binder: the first call asks fast_call.entry() once and calls
+    what it returned from then on; _unbind_fast_call puts the binder back."""
+    asked = []
+    monkeypatch.setattr(fast_call, "entry", lambda: asked.append(1) or (lambda *args: args == ("known",)))
+    ops._unbind_fast_call()
+    assert ops._fast_call is ops._FAST_CALL_BINDER
+    assert ops._fast_call("known") is True and ops._fast_call("other") is False and asked == [1]
+    ops._unbind_fast_call()
+    assert ops._fast_call is ops._FAST_CALL_BINDER
