@@ -82,7 +82,7 @@ def test_indexed_known_calls_launch_the_python_paths_bytes(hooked):
     assert hooked["module"].plan_count() == 1
 
 
-@pytest.mark.parametrize("change", ["rows", "top_k", "block_m", "stride", "dtype", "env"])
+@pytest.mark.parametrize("change", ["rows", "top_k", "block_m", "stride", "dtype", "env", "tuning"])
 def test_indexed_another_signature_takes_the_python_path(hooked, monkeypatch, change):
     """Anything the Python path keys its plans on (and more) is part of the fast call's
     signature: a call that differs in it is planned (and checked) by the Python path again."""
@@ -102,8 +102,10 @@ def test_indexed_another_signature_takes_the_python_path(hooked, monkeypatch, ch
         args["a"] = torch.randn(4, 2 * a.shape[1]).to(torch.bfloat16)[:, :a.shape[1]]
     elif change == "dtype":  # the Python path refuses it
         args["a"] = a.float()
-    else:
+    elif change == "env":
         monkeypatch.setenv(env.INDEXED_KERNEL, "mma")
+    else:
+        monkeypatch.setenv(env.TUNING, "STAGES=2")
     if change == "dtype":
         with pytest.raises(ValueError, match="a must be bfloat16"):
             ops._indexed_launch(args["a"], packed, sorted_ids, expert_ids, ntp, args["top_k"], args["block_m"], out)
@@ -177,6 +179,19 @@ def test_grouped_known_calls_launch_the_python_paths_bytes(hooked, case):
     maps = case in ("tile_loop_maps", "pair")
     assert kinds == (["python"] * first + ["fast"] * first if maps else ["fast"] * 2 * first)
     assert hooked["module"].plan_count() == 1
+
+
+def test_grouped_split_override_is_part_of_the_signature(hooked, monkeypatch):
+    """CHORD_GROUPED_SPLIT_K is the grouped plans' one override: set, the call is planned again
+    (here refused: the tile cannot split, so the Python path raises and nothing launches)."""
+    packed, a, out = _grouped_problem("contiguous")
+    offsets = torch.tensor([0, 5, 5, 12, 20])
+    for _ in range(2):
+        ops._grouped_launch("contiguous_offsets", a, packed, offsets, out, 6)
+    monkeypatch.setenv(env.GROUPED_SPLIT_K, "2")
+    with pytest.raises(ValueError, match="CHORD_GROUPED_SPLIT_K"):
+        ops._grouped_launch("contiguous_offsets", a, packed, offsets, out, 6)
+    assert [x[0] for x in hooked["launches"]] == ["python", "fast"]
 
 
 def test_masked_flat_copy_stays_on_the_python_path(hooked):

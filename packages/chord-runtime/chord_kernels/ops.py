@@ -287,7 +287,7 @@ def _indexed_cuda(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, b
            sorted_ids.shape, sorted_ids.dtype, sorted_ids.get_device(), expert_ids.shape, expert_ids.dtype,
            expert_ids.get_device(), num_tokens_padded.dtype, num_tokens_padded.get_device(),
            out.shape, out.stride(), out.dtype, out.get_device(), top_k, block_m,
-           env.raw(env.INDEXED_KERNEL), env.raw(env.TUNING))
+           env.raw(env.INDEXED_KERNEL), env.raw(env.TUNING))  # overrides: as jit.fast_call._FORM_ENV
     plan = _indexed_plans.get(key)
     if plan is None:
         plan = _indexed_plans[key] = _indexed_plan(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k,
@@ -449,7 +449,7 @@ def _grouped_cuda(routing_name: str, a: torch.Tensor, packed: PackedW4A16, route
     qw = packed.qweight
     key = (routing_name, a.shape, a.stride(), a.dtype, a.get_device(), qw.shape, qw.get_device(), packed.block_k,
            route.shape, route.dtype, route.get_device(), out.shape, out.stride(), out.dtype, out.get_device(),
-           expected_m, env.raw(env.GROUPED_SPLIT_K))
+           expected_m, env.raw(env.GROUPED_SPLIT_K))  # overrides: as jit.fast_call._FORM_ENV
     plan = _grouped_plans.get(key)
     if plan is None:
         plan = _grouped_plans[key] = _grouped_plan(routing_name, a, packed, route, out, expected_m,

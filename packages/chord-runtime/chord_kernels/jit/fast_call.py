@@ -43,7 +43,8 @@ SOURCE = ("launcher", "fast_call.cpp")
 FLAGS = ("-O2", "-std=c++20", "-shared", "-fPIC", "-fvisibility=hidden", "-w")
 
 # The forms (the first argument of call/remember); each names the environment overrides its
-# Python path keys its plans on, which the signature then reads too.
+# Python path keys its plans on (ops._indexed_cuda, ops._grouped_cuda: keep the two in step),
+# which the signature then reads too.
 INDEXED, CONTIGUOUS, CONTIGUOUS_OFFSETS, MASKED = range(4)
 _FORM_ENV = {INDEXED: (env.INDEXED_KERNEL, env.TUNING), CONTIGUOUS: (env.GROUPED_SPLIT_K,),
              CONTIGUOUS_OFFSETS: (env.GROUPED_SPLIT_K,), MASKED: (env.GROUPED_SPLIT_K,)}
@@ -129,7 +130,7 @@ def _import(path: Path):
     return module
 
 
-_module = None  # the loaded module, once configured
+_module = None  # the loaded module
 recording = False  # the Python path records its launches (True once the fast call is configured)
 
 
