@@ -5,8 +5,11 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the thirty-first session, 2026-12-07: the fast call landed (ca7e1fd; fcchk and
-# hostab on an H100: host time a call 7.0-7.3 -> 3.8-4.2 µs, whole GPU suite green at 68349a8;
+# Pending (after the thirty-second session, 2026-12-07: no H200 came; one H100 call ran
+# ../2026-12-07_tp8_prefill_bytes/run.sh (indexed-kernels.md v75), and its gate_up_profile.sh
+# (either GPU, ~2 min) is the next look at TP8 T=2048 gate_up. After the thirty-first,
+# 2026-12-07: the fast call landed (ca7e1fd; fcchk and hostab on an H100: host time a call
+# 7.0-7.3 -> 3.8-4.2 µs, whole GPU suite green at 68349a8;
 # README.md). After the thirtieth, 2026-12-07: every lease an H100: mainchk clean at 63465f6;
 # dnstore, midprof and dnbal ran; v72chk/abv72 and lwchk/ablw measured v72-v74, none landed
 # (indexed-kernels.md); grpgrid at 0fe2077 (v65 in: grouped-kernels.md "at 0fe2077"); abp16 kept
