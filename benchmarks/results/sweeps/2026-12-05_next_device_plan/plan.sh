@@ -5,7 +5,10 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the thirty-second session, 2026-12-07: no H200 came; one H100 call ran
+# Pending (after the thirty-third session, 2026-12-07: no H200 came; three H100 calls ran v75's
+# gate_up_profile.sh and ../2026-12-07_kblock_major_weights/ (run.sh, run_promo.sh): the K-block-major
+# weight order, the scale pairs and the L2 promotion, all rejected (indexed-kernels.md v76). After the
+# thirty-second, 2026-12-07: no H200 came; one H100 call ran
 # ../2026-12-07_tp8_prefill_bytes/run.sh (indexed-kernels.md v75), and its gate_up_profile.sh
 # (either GPU, ~2 min) is the next look at TP8 T=2048 gate_up. After the thirty-first,
 # 2026-12-07: the fast call landed (ca7e1fd; fcchk and hostab on an H100: host time a call

@@ -11,6 +11,9 @@ access order moves. (BLOCK_K 64 weights only.)
 CHORD_EXP_SCALE_PAIRS=1 (with the scale_pairs.diff tree's kernels, which read a 4-byte pair): the
 scale map reads a copy whose 16-row blocks hold rows r and r + 8 side by side.
 
+CHORD_EXP_L2_PROMOTION_NONE=1: every tensor map without the 256-byte L2 promotion (Humming's weight
+maps use none), the weights in their packed order.
+
 Copies are made once per packed weight; the originals stay referenced, so their addresses are not
 reused while a copy is cached.
 """
@@ -19,6 +22,12 @@ import os
 
 _KMAJ = os.environ.get("CHORD_EXP_KBLOCK_MAJOR") == "1"
 _PAIRS = os.environ.get("CHORD_EXP_SCALE_PAIRS") == "1"
+_PROMO_NONE = os.environ.get("CHORD_EXP_L2_PROMOTION_NONE") == "1"
+
+if _PROMO_NONE:
+    import chord_kernels.tma as tma
+
+    tma.L2_PROMOTION_256B = 0  # CU_TENSOR_MAP_L2_PROMOTION_NONE, read by tma.encode at each call
 
 if _KMAJ or _PAIRS:
     import chord_kernels.tma as tma
