@@ -6,7 +6,7 @@
 # where each ran and what it decided is in README.md beside this file.
 #
 # Pending (after the thirty-third session, 2026-12-07: no H200 came; three H100 calls ran v75's
-# gate_up_profile.sh and ../2026-12-07_kblock_major_weights/ (run.sh, run_promo.sh): the K-block-major
+# gate_up_profile.sh and ../2026-12-07_kblock_major_weights/ (run.sh, run.sh promo): the K-block-major
 # weight order, the scale pairs and the L2 promotion, all rejected (indexed-kernels.md v76). After the
 # thirty-second, 2026-12-07: no H200 came; one H100 call ran
 # ../2026-12-07_tp8_prefill_bytes/run.sh (indexed-kernels.md v75), and its gate_up_profile.sh
