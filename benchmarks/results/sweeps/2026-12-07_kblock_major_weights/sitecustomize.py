@@ -24,14 +24,13 @@ _KMAJ = os.environ.get("CHORD_EXP_KBLOCK_MAJOR") == "1"
 _PAIRS = os.environ.get("CHORD_EXP_SCALE_PAIRS") == "1"
 _PROMO_NONE = os.environ.get("CHORD_EXP_L2_PROMOTION_NONE") == "1"
 
-if _PROMO_NONE:
+if _KMAJ or _PAIRS or _PROMO_NONE:
     import chord_kernels.tma as tma
 
+if _PROMO_NONE:
     tma.L2_PROMOTION_256B = 0  # CU_TENSOR_MAP_L2_PROMOTION_NONE, read by tma.encode at each call
 
 if _KMAJ or _PAIRS:
-    import chord_kernels.tma as tma
-
     _cache = {}
 
     def _weight_map(packed, rows, stage_boxes):
@@ -48,12 +47,9 @@ if _KMAJ or _PAIRS:
 
     def _scale_map(packed, rows):
         sc = packed.scale  # [E, K/32, N]
-        copy = None
-        if _PAIRS:
-            e, g, n = sc.shape
-            copy = sc.reshape(e, g, n // 16, 2, 8).transpose(3, 4).contiguous()  # row i + 8h at 2i + h
-        src = sc if copy is None else copy
-        return tma.encode(tma.scale_map_geometry(packed.num_experts, packed.n, packed.k, rows), src.data_ptr()), copy
+        e, g, n = sc.shape
+        copy = sc.reshape(e, g, n // 16, 2, 8).transpose(3, 4).contiguous() if _PAIRS else None  # row i + 8h at 2i + h
+        return tma.encode(tma.scale_map_geometry(e, n, packed.k, rows), (sc if copy is None else copy).data_ptr()), copy
 
     def _tensor_maps(packed, rows, stage_boxes=False):
         qw, sc = packed.qweight, packed.scale
