@@ -45,6 +45,8 @@
 #   5. on an H200: midprof (~3 min): where EP8 T=128 gate_up's ~1540 cycles a stage go when its feed
 #      alone takes ~1180 and its k loop alone 1084 (indexed-kernels.md v60, v63; the H100 run of
 #      2026-12-07 is bytes-bound there, so only the H200's answers it)
+#   5b. on an H200: dnsk (~4 min): the mid-batch downs (EP8 T=64/128, TP8 T=512) on the stream-K
+#      schedule and on 16-row blocks, against main (after ab70, before hostab)
 #   6. hostab (~2 min, carry [".whl", ".ab/86a1cee"]; HOST_BASE=86a1cee HOST_INPROC_CORES=; `bash
 #      benchmarks/ab_tree.sh 86a1cee`): the fast call against the Python launch path on the H200
 #      host (ran on an H100 host 2026-12-07: ../2026-12-07_h100_fast_call/)
@@ -292,6 +294,14 @@ for step in "$@"; do
       OUT=$D/prefdn2 timeout 300 bash benchmarks/sweep.sh --family grouped --scenarios ep32 --tokens 8192 -- \
         zero:CHORD_BENCH_FLUSH=zero read:CHORD_BENCH_FLUSH=read zero2:CHORD_BENCH_FLUSH=zero > "$D/prefdn2.log" 2>&1
       st prefdn2 $?; tail -12 "$D/prefdn2.log" ;;
+    dnsk)  # the mid-batch downs that trail Humming's on the H200 (b0cbab7: EP8 T=64 143.7 / 137.6,
+      # skewed T=128 159.2 / 154.6, TP8 T=512 155.2 / 148.0 µs) on Humming's schedule: main against
+      # the same tiles on stream-K (CHORD_W4A16_INDEXED_KERNEL=wgmma_sk) and against 16-row blocks
+      # (Humming's EP8 T=64 down), both projections shown (~4 min; indexed-kernels.md v77's next)
+      OUT=$D/dnsk SWEEP_BUDGET_S=40 timeout 400 bash benchmarks/sweep.sh --scenarios ep8,tp8 --tokens 64,128,512 \
+        --dists uniform,skew -- auto sk:CHORD_W4A16_INDEXED_KERNEL=wgmma_sk b16:CHORD_W4A16_BLOCK_M=16 \
+        auto2 sk2:CHORD_W4A16_INDEXED_KERNEL=wgmma_sk > "$D/dnsk.log" 2>&1
+      st dnsk $?; tail -24 "$D/dnsk.log" ;;
     idxgrid)
       label=$(apply_candidates) || { st idxgrid_apply 1; exit 1; }
       OUT=$D/idxgrid CHORD_COMMIT=$label CHORD_BUDGET_S=120 HUMMING_BUDGET_S=170 HUMMING_PREWARM_JOBS=12 \
