@@ -5,9 +5,10 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the thirty-fourth session, 2026-12-07: one H100 call ran
-# ../2026-12-07_barrier_backoff/run.sh, the barrier waits' back-off, rejected (indexed-kernels.md
-# v77). After the thirty-third, 2026-12-07: no H200 came; three H100 calls ran v75's
+# Pending (after the thirty-fourth session, 2026-12-07: no H200 came; three H100 calls ran
+# ../2026-12-07_barrier_backoff/run.sh, ../2026-12-07_tt2_product_scales/run.sh and
+# ../2026-12-07_tp8_down_four_ctas/run.sh, all rejected (indexed-kernels.md v77, v79, v80; v78 was
+# rejected on the CPU). After the thirty-third, 2026-12-07: no H200 came; three H100 calls ran v75's
 # gate_up_profile.sh and ../2026-12-07_kblock_major_weights/ (run.sh, run.sh promo): the K-block-major
 # weight order, the scale pairs and the L2 promotion, all rejected (indexed-kernels.md v76). After the
 # thirty-second, 2026-12-07: no H200 came; one H100 call ran
