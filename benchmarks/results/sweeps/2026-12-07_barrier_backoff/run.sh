@@ -13,18 +13,8 @@
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE/../../../.."
-OUT=${OUT:-.out}/backoff; mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt"
-python3 -m pip install -q --no-build-isolation --no-deps -e packages/chord-runtime > "$OUT/install.log" 2>&1
-tree() { echo "PYTHONPATH=.ab/$1/packages/chord-runtime:CHORD_CSRC_DIR=.ab/$1/csrc"; }
-for t in ns hint; do  # the fast call's module, built by the install above (the trees hold sources only)
-  cp packages/chord-runtime/chord_kernels/_launcher*.so ".ab/$t/packages/chord-runtime/chord_kernels/" 2>> "$OUT/install.log"
-done
-CONFIGS=(auto "ns:$(tree ns)" "hint:$(tree hint)" auto2 "ns2:$(tree ns)" "hint2:$(tree hint)")
-sweep() {  # sweep NAME TIMEOUT SCENARIO TOKENS
-  OUT=$OUT/$1 SWEEP_BUDGET_S=40 timeout "$2" bash benchmarks/sweep.sh --scenarios "$3" --tokens "$4" \
-    -- "${CONFIGS[@]}" > "$OUT/$1.log" 2>&1
-  echo "$1 rc=$?" >> "$OUT/status"
-}
-sweep tp8 240 tp8 512,2048
-sweep ep8 240 ep8 128,2048
+OUT=${OUT:-.out}/backoff TREES="ns hint"
+source benchmarks/tree_setup.sh
+CONFIGS=(auto "ns:$(tree_env ns)" "hint:$(tree_env hint)" auto2 "ns2:$(tree_env ns)" "hint2:$(tree_env hint)")
+sweep_step tp8 240 --scenarios tp8 --tokens 512,2048 -- "${CONFIGS[@]}"
+sweep_step ep8 240 --scenarios ep8 --tokens 128,2048 -- "${CONFIGS[@]}"

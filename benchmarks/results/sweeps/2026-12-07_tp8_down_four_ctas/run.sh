@@ -12,19 +12,10 @@
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE/../../../.."
-OUT=${OUT:-.out}/c4; mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt"
-python3 -m pip install -q --no-build-isolation --no-deps -e packages/chord-runtime > "$OUT/install.log" 2>&1
-cp packages/chord-runtime/chord_kernels/_launcher*.so .ab/c4/packages/chord-runtime/chord_kernels/ 2>> "$OUT/install.log"
-export CHORD_CACHE_DIR=${CHORD_CACHE_DIR:-/tmp/chord-jit}
-(cd .ab/c4 && CHORD_EXP_MMA_SK_CTAS=4 PYTHONPATH="$PWD/packages/chord-runtime" CHORD_CSRC_DIR="$PWD/csrc" \
-  timeout 150 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py -q -p no:cacheprovider \
-  -k "kimi_shapes or streamk_split or cuda_graph or aligned" > "$OUT/pytest.log" 2>&1)
-echo "pytest rc=$?" >> "$OUT/status"; tail -3 "$OUT/pytest.log"
-T="PYTHONPATH=.ab/c4/packages/chord-runtime:CHORD_CSRC_DIR=.ab/c4/csrc"
-C4="$T:CHORD_EXP_MMA_SK_CTAS=4"
-OUT=$OUT/tp8 SWEEP_BUDGET_S=30 timeout 300 bash benchmarks/sweep.sh --scenarios tp8 --tokens 512 -- \
-  auto "c4:$C4" "n2:$T:CHORD_W4A16_TUNING=NT=2" "n2c4:$C4:CHORD_W4A16_TUNING=NT=2" \
-  "n2s2c4:$C4:CHORD_W4A16_TUNING=NT=2,STAGES=2" auto2 "c4b:$C4" "n2c4b:$C4:CHORD_W4A16_TUNING=NT=2" \
-  > "$OUT/tp8.log" 2>&1
-echo "tp8 rc=$?" >> "$OUT/status"
+OUT=${OUT:-.out}/c4 TREES=c4
+source benchmarks/tree_setup.sh
+tree_pytest c4 "kimi_shapes or streamk_split or cuda_graph or aligned" CHORD_EXP_MMA_SK_CTAS=4
+C4="$(tree_env c4):CHORD_EXP_MMA_SK_CTAS=4"
+SWEEP_BUDGET_S=30 sweep_step tp8 300 --scenarios tp8 --tokens 512 -- \
+  auto "c4:$C4" "n2:$(tree_env c4):CHORD_W4A16_TUNING=NT=2" "n2c4:$C4:CHORD_W4A16_TUNING=NT=2" \
+  "n2s2c4:$C4:CHORD_W4A16_TUNING=NT=2,STAGES=2" auto2 "c4b:$C4" "n2c4b:$C4:CHORD_W4A16_TUNING=NT=2"

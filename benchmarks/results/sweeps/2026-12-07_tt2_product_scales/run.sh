@@ -14,17 +14,9 @@
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE/../../../.."
-OUT=${OUT:-.out}/ps; mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt"
-python3 -m pip install -q --no-build-isolation --no-deps -e packages/chord-runtime > "$OUT/install.log" 2>&1
-cp packages/chord-runtime/chord_kernels/_launcher*.so .ab/ps/packages/chord-runtime/chord_kernels/ 2>> "$OUT/install.log"
-export CHORD_CACHE_DIR=${CHORD_CACHE_DIR:-/tmp/chord-jit}
-(cd .ab/ps && CHORD_EXP_PRODUCT_SCALES=1 PYTHONPATH="$PWD/packages/chord-runtime" CHORD_CSRC_DIR="$PWD/csrc" \
-  timeout 200 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py -q -p no:cacheprovider \
-  -k "kimi_shapes or bit_exact or streamk_split or cuda_graph or aligned or non_kimi" > "$OUT/pytest.log" 2>&1)
-echo "pytest rc=$?" >> "$OUT/status"; tail -3 "$OUT/pytest.log"
-PS="PYTHONPATH=.ab/ps/packages/chord-runtime:CHORD_CSRC_DIR=.ab/ps/csrc:CHORD_EXP_PRODUCT_SCALES=1"
+OUT=${OUT:-.out}/ps TREES=ps
+source benchmarks/tree_setup.sh
+tree_pytest ps "kimi_shapes or bit_exact or streamk_split or cuda_graph or aligned or non_kimi" CHORD_EXP_PRODUCT_SCALES=1
+PS="$(tree_env ps):CHORD_EXP_PRODUCT_SCALES=1"
 S3="CHORD_W4A16_TUNING=STAGES=3"
-OUT=$OUT/tp8 SWEEP_BUDGET_S=40 timeout 240 bash benchmarks/sweep.sh --scenarios tp8 --tokens 512 -- \
-  auto "ps3:$PS:$S3" "m3:$S3" auto2 "ps3b:$PS:$S3" "m3b:$S3" > "$OUT/tp8.log" 2>&1
-echo "tp8 rc=$?" >> "$OUT/status"
+sweep_step tp8 240 --scenarios tp8 --tokens 512 -- auto "ps3:$PS:$S3" "m3:$S3" auto2 "ps3b:$PS:$S3" "m3b:$S3"
