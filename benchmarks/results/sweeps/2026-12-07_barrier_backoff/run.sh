@@ -8,7 +8,7 @@
 # Build the trees first (carry [".whl", ".ab/ns", ".ab/hint"]):
 #   bash benchmarks/ab_tree.sh HEAD ns --patch <this folder>/backoff_nanosleep.diff
 #   bash benchmarks/ab_tree.sh HEAD hint --patch <this folder>/backoff_suspend_hint.diff
-# Usage: OUT=... bash run.sh   (any GPU, ~5 min: main, ns, hint, then again, on TP8 T=512/2048 and
+# Usage: OUT=... bash run.sh   (any GPU, ~4 min: main, ns, hint, then again, on TP8 T=512/2048 and
 # EP8 T=128/2048; each config's benchmark checks its results against the reference)
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
