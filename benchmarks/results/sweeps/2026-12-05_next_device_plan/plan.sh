@@ -303,6 +303,12 @@ for step in "$@"; do
         --dists uniform,skew -- auto sk:CHORD_W4A16_INDEXED_KERNEL=wgmma_sk b16:CHORD_W4A16_BLOCK_M=16 \
         auto2 sk2:CHORD_W4A16_INDEXED_KERNEL=wgmma_sk > "$D/dnsk.log" 2>&1
       st dnsk $?; tail -24 "$D/dnsk.log" ;;
+    tp8b16)  # indexed-kernels.md v82: TP8 on 16-row blocks (both projections) against main's 8-row
+      # blocks at T=20-128, both routings, ABBA (~1.5 min, either GPU; on the H100 of 2026-12-07 the
+      # skewed downs read -4 / -7 % at T=64 / 128, the gate_ups +0 to +4 %)
+      OUT=$D/tp8b16 SWEEP_BUDGET_S=40 timeout 240 bash benchmarks/sweep.sh --scenarios tp8 --tokens 20,32,64,128 \
+        --dists uniform,skew -- auto b16:CHORD_W4A16_BLOCK_M=16 b16b:CHORD_W4A16_BLOCK_M=16 auto2 > "$D/tp8b16.log" 2>&1
+      st tp8b16 $?; tail -14 "$D/tp8b16.log" ;;
     idxgrid)
       label=$(apply_candidates) || { st idxgrid_apply 1; exit 1; }
       OUT=$D/idxgrid CHORD_COMMIT=$label CHORD_BUDGET_S=120 HUMMING_BUDGET_S=170 HUMMING_PREWARM_JOBS=12 \
@@ -518,7 +524,7 @@ names = list(runs["main_1"])
 print("entry " + " ".join(runs), *(f"{n} " + " ".join(f"{r.get(n, float('nan')):.2f}" for r in runs.values()) for n in names), sep="\n")
 PY
       ;;
-    *) echo "unknown step $step (fcchk ab6970 chk69 chk70 dnstore ts8nchk abts8n mainchk v67once v67efw v68last hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
+    *) echo "unknown step $step (fcchk ab6970 chk69 chk70 dnstore dnsk tp8b16 ts8nchk abts8n mainchk v67once v67efw v68last hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
