@@ -5,7 +5,10 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the thirty-fourth session, 2026-12-07: no H200 came; three H100 calls ran
+# Pending (after the thirty-fifth session, 2026-12-07: no H200 came; one H100 call ran dnsk
+# (../2026-12-07_h100_dnsk/: stream-K loses at every mid-batch down, +3 to +16 %, so dnsk is now
+# only a check on an H200; 16-row blocks take 4-7 % off TP8's skewed downs: new step tp8b16,
+# indexed-kernels.md v81, v82). After the thirty-fourth, 2026-12-07: no H200 came; three H100 calls ran
 # ../2026-12-07_barrier_backoff/run.sh, ../2026-12-07_tt2_product_scales/run.sh and
 # ../2026-12-07_tp8_down_four_ctas/run.sh, all rejected (indexed-kernels.md v77, v79, v80; v78 was
 # rejected on the CPU). After the thirty-third, 2026-12-07: no H200 came; three H100 calls ran v75's
@@ -46,8 +49,11 @@
 #   5. on an H200: midprof (~3 min): where EP8 T=128 gate_up's ~1540 cycles a stage go when its feed
 #      alone takes ~1180 and its k loop alone 1084 (indexed-kernels.md v60, v63; the H100 run of
 #      2026-12-07 is bytes-bound there, so only the H200's answers it)
-#   5b. on an H200: dnsk (~4 min): the mid-batch downs (EP8 T=64/128, TP8 T=512) on the stream-K
-#      schedule and on 16-row blocks, against main (after ab70, before hostab)
+#   5b. on an H200: dnsk (~2.5 min): the mid-batch downs (EP8 T=64/128, TP8 T=512) on the stream-K
+#      schedule and on 16-row blocks, against main (after ab70, before hostab); on the H100 every
+#      stream-K down lost (v81), so this only checks that the H200 agrees
+#   5c. tp8b16 (~1.5 min, either GPU; an H200 first): TP8 T=20-128 on 16-row blocks against main,
+#      ABBA (v82: on the H100 the skewed downs -4 / -7 %, the gate_ups +0 to +4 %)
 #   6. hostab (~2 min, carry [".whl", ".ab/86a1cee"]; HOST_BASE=86a1cee HOST_INPROC_CORES=; `bash
 #      benchmarks/ab_tree.sh 86a1cee`): the fast call against the Python launch path on the H200
 #      host (ran on an H100 host 2026-12-07: ../2026-12-07_h100_fast_call/)
