@@ -24,6 +24,9 @@ CASES = {"mma": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
                     # 16-row blocks on short K: the one-tile (2-stage) ring at 3 CTAs an SM; K 384
                     # is 3 stages a tile, so the ring wraps inside a tile
                     (3, 2048, 256, 400, 2, 16), (3, 2048, 384, 400, 2, 16)),
+         # the short-K decode tile holding the pair tile (dispatch.paired_decode, forced): ~7 blocks an
+         # expert (the pair tile runs), ~1 block an expert (the 8-row tile runs), K 384
+         "paired": ((8, 2048, 256, 200, 2, 8), (64, 2048, 256, 100, 2, 8), (8, 2048, 384, 200, 2, 8)),
          "simple": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
          # wgmma tile, stream-K: long-K tiles split over many CTAs; ~8 short tiles per CTA (the
          # ring across tiles); K = 640 wraps the 8-slot ring; N = 160 half past a 128-column tile
@@ -54,7 +57,7 @@ CASES = {"mma": ((8, 64, 256, 5, 2, 16), (4, 160, 320, 9, 2, 32)),
 # Case families that are a kernel family with a tuning override: (kernel family, tuning).
 # mma_sk2: the 8 x 128 decode tile on its 2-stage ring at 4 CTAs an SM (dispatch.many_tiles_decode
 # picks it only past 2112 tiles; forced here on the mma_sk cases).
-OVERRIDES = {"wgmma_sk4": ("wgmma_sk", "CWG=4,STAGES=8"), "mma_sk2": ("mma_sk", "NT=2,TT=1,STAGE_K=256,STAGES=2")}
+OVERRIDES = {"wgmma_sk4": ("wgmma_sk", "CWG=4,STAGES=8"), "paired": ("mma_sk", "PAIRED=2"), "mma_sk2": ("mma_sk", "NT=2,TT=1,STAGE_K=256,STAGES=2")}
 # Optional arguments: only these indexed families' cases; "grouped" for every grouped case, or
 # "grouped:TEXT" for the grouped cases whose label holds TEXT (a candidate's own case alone, where
 # racecheck on all of them would take minutes of device time).

@@ -1062,3 +1062,44 @@ def test_grouped_family_rule_is_patchable_where_grouped_launch_reads_it(monkeypa
     monkeypatch.setattr(grouped, "auto_tile_family", lambda rows, k: "wgmma_sk")
     monkeypatch.setattr(grouped, "mid_batch_family", lambda rows, n, k: None)
     assert dispatch.select_grouped(problem).spec.family == "grouped_wgmma_sk"
+
+
+def test_paired_decode_tile_by_tuning_only():
+    """The short-K decode tile holding the tile over pairs of an expert's 8-row blocks
+    (IndexedMmaDecodeDual, paired_decode; indexed-kernels.md v83): not by default (it has not run on
+    a GPU); CHORD_W4A16_TUNING PAIRED=1 takes it from 2 routes an expert, PAIRED=2 at any count; only
+    the 8-row short-K tile of PAIRED_SHORT_TILE on at most PAIRED_BLOCKS_CAPACITY blocks; one launch
+    with the pick's costs, the larger tile's shared memory and partials at 3 CTAs an SM."""
+    assert dispatch.PAIRED_DEFAULT == 0
+
+    def tp8_down(tokens, **kw):
+        return dispatch.select_indexed(IndexedProblem(7168, 256, 384, 1, 8, 8 * tokens), **kw)
+
+    plain = tp8_down(128)
+    assert plain.dual is None and plain.spec.config == dispatch.PAIRED_SHORT_TILE
+    dual = dispatch.indexed_mma_decode_dual(4, 128, 3, 2)
+    for tokens in (96, 128, 256):
+        assert tp8_down(tokens, tuning="PAIRED=1") == dual
+        assert tp8_down(tokens, tuning="PAIRED=0") == plain
+    for tokens in (20, 64, 95):
+        assert tp8_down(tokens, tuning="PAIRED=1").dual is None
+        assert tp8_down(tokens, tuning="PAIRED=2") == dual
+    assert tp8_down(1, tuning="PAIRED=2").dual is None  # one wave: the 128-row tile (NT 2)
+    # not deep K, not the gate_up, not 16-row blocks, not past the table's blocks
+    for problem in (IndexedProblem(7168, 2048, 48, 1, 8, 8 * 128), IndexedProblem(512, 7168, 384, 8, 8, 8 * 128),
+                    IndexedProblem(7168, 256, 384, 1, 16, 8 * 512), IndexedProblem(7168, 256, 1024, 1, 8, 8 * 256)):
+        assert dispatch.select_indexed(problem, tuning="PAIRED=2").dual is None, problem
+    with pytest.raises(ValueError, match="PAIRED=3"):
+        tp8_down(128, tuning="PAIRED=3")
+    short = dispatch.indexed_mma_streamk(4, 1, 128, 3)
+    tall = dispatch.indexed_mma_streamk(4, 2, 128, 2)
+    assert dual.spec.body == "chord::IndexedMmaDecodeDual" and dual.spec.family == "indexed_mma_sk"
+    assert dual.spec.template_args == short.spec.template_args + (("TALL_STAGES", 2),)
+    assert dual.rows_per_cta == 8 and dual.cols_per_cta == tall.cols_per_cta == short.cols_per_cta == 256
+    assert dual.smem_bytes == max(short.smem_bytes, tall.smem_bytes) == short.smem_bytes
+    assert dual.partial_floats == tall.partial_floats > short.partial_floats
+    assert dual.spec.min_blocks_per_sm == short.spec.min_blocks_per_sm == tall.spec.min_blocks_per_sm == 3
+    assert 3 * (dual.smem_bytes + dispatch.PAIRED_TABLE_BYTES + 1024) <= dispatch.SMEM_PER_SM
+    assert dual.dual == (16, *dispatch.PAIRED_COST) and dispatch.evict_first_tiles(dual, 256) > 0
+    symbols = {launch.spec.symbol for launch in dispatch.indexed_reachable_launches()}
+    assert dual.spec.symbol in symbols  # CI compiles it (and holds it to no spill)

@@ -55,6 +55,22 @@ def test_indexed_streamk_plan_is_persistent_with_scratch(stub_device):
     assert ops._PARAMS_TAIL.unpack(again[4])[-2:] == scratch and len(ops._streamk_buffers[0]) == 1
 
 
+def test_indexed_paired_decode_plan_packs_the_pick(stub_device):
+    """The short-K tile holding the pair tile (dispatch.paired_decode, PAIRED=2): the plan packs the
+    dual's pick (pair tiles of 16 rows at 51 against 8-row tiles at 50, the 8-row tile first) and
+    sizes the stream-K workspace for the pair tile's partials."""
+    a, packed, sorted_ids, expert_ids, ntp, out = _problem(e=8, n=2048, k=256, tokens=200, top_k=2)
+    plan = ops._indexed_plan(a, packed, sorted_ids, expert_ids, ntp, 2, 8, out, "mma_sk", "PAIRED=2")
+    launch, grid = plan[1], plan[2]
+    assert launch == dispatch.indexed_mma_decode_dual(4, 128, 3, 2)
+    fields = dict(zip(ops._INTS, ops._PARAMS_TAIL.unpack(plan[4])[2:-2], strict=True))
+    assert (fields["pick_rows"], fields["pick_cost"], fields["pick_other_cost"], fields["pick_first"]) == (
+        16, *dispatch.PAIRED_COST, 1)
+    assert (fields["block_m"], fields["ctas_per_block"]) == (8, 1)
+    workspace, _ = ops._streamk_buffers[0][-1]
+    assert workspace.numel() >= grid[0] * launch.partial_floats == grid[0] * 2 * 128 * 32
+
+
 def test_indexed_plan_rejects_bad_signatures(stub_device):
     a, packed, sorted_ids, expert_ids, ntp, out = _problem()
     with pytest.raises(ValueError, match="sorted_ids must be int32"):

@@ -7,6 +7,8 @@
 //   IndexedMma         common/w4a16_mma_tile.cuh, mma.sync, up to 64 rows, one CTA per tile
 //   IndexedMmaStreamK  the same tile on persistent CTAs with stream-K (common/w4a16_mma_streamk.cuh;
 //                      decode: no per-tile pipeline restart, no partly empty last wave)
+//   IndexedMmaDecodeDual the stream-K mma tile of 8-row blocks holding a 16-row one over pairs of
+//                      an expert's blocks (indexed/paired_blocks.cuh), run by the cheaper count
 //   IndexedWgmma       common/w4a16_wgmma_tile.cuh, wgmma, 16-128 rows; with 2 consumer warpgroups
 //                      whole tiles on at most one CTA an SM (common/w4a16_wgmma_tiles.cuh: the grid
 //                      does not grow with the over-allocated routing buffers), with 4 one per tile
@@ -21,6 +23,7 @@
 #include "common/w4a16_wgmma_streamk.cuh"
 #include "common/w4a16_wgmma_tile.cuh"
 #include "common/w4a16_wgmma_tiles.cuh"
+#include "indexed/paired_blocks.cuh"
 
 namespace chord {
 
@@ -81,6 +84,28 @@ struct IndexedMmaStreamK : MmaStreamK<NT, TT, STAGE_K, STAGES, kIndexedBlockK, I
 
 template <int NT, int TT, int STAGE_K, int STAGES>
 struct IndexedMma : IndexedRows<MmaTile<NT, TT, STAGE_K, STAGES, kIndexedBlockK>> {};
+
+// The short-K decode tile on 8-row blocks (TT 1) and the same tile over pairs of an expert's blocks
+// (TT 2, TALL_STAGES; indexed/paired_blocks.cuh) in one kernel (chord_kernels.dispatch.paired_decode,
+// indexed-kernels.md v83): every CTA counts the call's tiles both ways and runs the cheaper
+// (MoeParams::pick_cost: an 8-row tile's, pick_other_cost: a pair tile's; the 8-row tile wins a tie),
+// as the grouped masked form's GroupedMmaDecodeDual does. Both counts are uniform over the grid.
+// Dynamic shared memory is the larger tile's (the host sizes it); the pair table is static.
+template <int NT, int TT, int STAGE_K, int STAGES, int TALL_STAGES>
+struct IndexedMmaDecodeDual {
+  static_assert(TT == 1, "8-row blocks, paired into 16-row tiles");
+  using Short = IndexedMmaStreamK<NT, 1, STAGE_K, STAGES>;
+  using Tall = MmaStreamK<NT, 2, STAGE_K, TALL_STAGES, kIndexedBlockK, IndexedPairedRowTiles>;
+  static_assert(Tall::kThreads == Tall::Rows::kThreads, "the pair table's scan spans the CTA");
+  __device__ static void run(const MoeParams& p) {
+    const int short_tiles = Short::Rows::count(p), tall_tiles = Tall::Rows::count(p);
+    if (picked(p, short_tiles, tall_tiles)) {
+      Short::run_tiles(p, short_tiles);
+    } else {
+      Tall::run_tiles(p, tall_tiles);
+    }
+  }
+};
 
 template <int WM, int BN, int STAGES, int CWG>
 struct IndexedWgmmaStreamK : WgmmaStreamK<WM, BN, STAGES, kIndexedBlockK, IndexedRowTiles, CWG> {};

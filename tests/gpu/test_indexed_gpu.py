@@ -4,6 +4,8 @@ Relative Frobenius error <= 5e-3 at Kimi K, no NaN/Inf, bit-exact on exactly rep
 inputs, outputs poisoned first, routing tails filled with garbage, no host sync, graph capture.
 """
 
+import itertools
+
 import pytest
 import torch
 from chord_kernels import indexed, layouts, reference, routing
@@ -248,6 +250,57 @@ def replay_with_routing_changed(shape, tokens, block_m, seed, replays, after_eac
 
 def test_cuda_graph_capture_with_routing_changed_between_replays():
     replay_with_routing_changed("tp8_gate_up", 24, 16, 12, [(13, True), (14, True), (15, True)])
+
+
+def paired_tile_counts(expert_ids, ntp, block_m):
+    """(8-row tiles, pair tiles) of a call as IndexedMmaDecodeDual counts them: every block before
+    the count, and ceil(blocks / 2) an expert (csrc/indexed/paired_blocks.cuh)."""
+    experts = expert_ids[: -(-int(ntp.item()) // block_m)].tolist()
+    runs = [len(list(run)) for _, run in itertools.groupby(experts)]
+    return len(experts), sum(-(-run // 2) for run in runs)
+
+
+@pytest.mark.parametrize("tokens,skew,tuning", [(128, True, "PAIRED=1"), (128, False, "PAIRED=1"), (256, True, "PAIRED=1"),
+                                                (256, False, "PAIRED=1"), (64, True, "PAIRED=2"), (20, True, "PAIRED=2")])
+def test_paired_decode_tiles(tokens, skew, tuning, kernel_family, monkeypatch):
+    """TP8 down on 8-row blocks (dispatch.paired_decode, CHORD_W4A16_TUNING PAIRED 1: its route
+    rule; 2: any route count): the dual kernel pairs an expert's
+    consecutive blocks into 16-row tiles where that saves 2+ % of the tiles, else runs the 8-row
+    tile; both sides against the reference with garbage routing tails, twice (the same bits), the
+    stream-K locks zero after each launch."""
+    from chord_kernels import dispatch
+
+    if kernel_family not in ("auto", "mma_sk"):
+        pytest.skip("the short-K stream-K mma tile only")
+    monkeypatch.setenv("CHORD_W4A16_TUNING", tuning)
+    problem = make_problem("tp8_down", tokens, skew=skew, seed=41 + tokens)
+    _, _, n, k, _ = KIMI_SHAPES["tp8_down"]
+    routes = problem.a.shape[0]
+    launch = dispatch.select_indexed(dispatch.IndexedProblem(n, k, 384, 1, 8, routes), tuning=tuning)
+    assert launch.dual and launch.spec.body == "chord::IndexedMmaDecodeDual"
+    sorted_ids, expert_ids, ntp = align(problem, 8)
+    short, tall = paired_tile_counts(expert_ids, ntp, 8)
+    out = run_indexed(problem, sorted_ids, expert_ids, ntp, 8)
+    check_against_reference(problem, out, sorted_ids, expert_ids, ntp, 8)
+    assert_locks_zero("the paired decode kernel left a stream-K lock non-zero")
+    again = run_indexed(problem, sorted_ids, expert_ids, ntp, 8)
+    ids = reference_fp32(problem, sorted_ids, expert_ids, ntp, 8)[0]
+    assert torch.equal(again[ids], out[ids]), "paired decode result changed between runs"
+    if (tokens, skew) == (256, True):
+        assert 51 * tall < 50 * short, "this routing should run the pair tile"
+    if (tokens, skew) == (128, False):
+        assert 51 * tall >= 50 * short, "this routing should run the 8-row tile"
+
+
+def test_paired_decode_graph_replays_both_sides(kernel_family, monkeypatch):
+    """The dual kernel (CHORD_W4A16_TUNING PAIRED=1) captured once at TP8 T=256 down on 8-row blocks, replayed with skewed and
+    uniform routings copied into the captured buffers: the side each CTA runs follows the routing
+    on the device, and every replay matches the reference."""
+    if kernel_family not in ("auto", "mma_sk"):
+        pytest.skip("the short-K stream-K mma tile only")
+    monkeypatch.setenv("CHORD_W4A16_TUNING", "PAIRED=1")
+    replay_with_routing_changed("tp8_down", 256, 8, 43, [(44, True), (45, False), (46, True)],
+                                lambda: assert_locks_zero("a replay left a stream-K lock non-zero"))
 
 
 @pytest.mark.parametrize("shape,tokens", [("tp8_down", 64), ("ep8_down", 256)])

@@ -232,6 +232,9 @@ def _indexed_plan(a, packed, sorted_ids, expert_ids, num_tokens_padded, top_k, b
     ints = dict(num_routes=m * top_k, n=n, k=k, top_k=top_k, num_experts=problem.num_experts, block_m=block_m,
                 num_blocks=num_blocks, ctas_per_block=launch.ctas_per_block(problem), sorted_len=sorted_len,
                 evict_first_tiles=evict_first_tiles(launch, k))
+    if launch.dual:  # the 8-row tile holding the pair tile (dispatch.paired_decode): the device's pick
+        tall_rows, cost, tall_cost = launch.dual
+        ints.update(pick_rows=tall_rows, pick_cost=cost, pick_other_cost=tall_cost, pick_first=1)
     tail = _PARAMS_TAIL.pack(a.stride(0), out.stride(0), *(ints.get(name, 0) for name in _INTS), *scratch)
     # With tensor maps: the tail and the weight's maps by (qweight, scale) address (as _grouped_params).
     return kernel, launch, grid, (launch.spec.threads, 1, 1), tail, _device_index(a.device), \

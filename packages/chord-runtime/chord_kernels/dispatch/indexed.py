@@ -3,7 +3,7 @@ need the call's route count, the family each routing block runs, and every launc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import env
 from ..jit.kernel import DEFAULT_ARCH, KernelSpec
@@ -185,6 +185,61 @@ def many_tiles_decode(problem: IndexedProblem, launch: Launch, sms: int = H200_S
 ONE_TILE_RING = {"NT": 4, "TT": 2, "STAGE_K": 128}
 
 
+# The short-K decode tile (TP8 down: NT 4, 8-row blocks, K=256) with a 16-row tile over pairs of an
+# expert's consecutive blocks in the same kernel (IndexedMmaDecodeDual; csrc/indexed/paired_blocks.cuh):
+# each CTA counts the call's tiles both ways and runs the cheaper (indexed-kernels.md v83). At 8-row
+# blocks an expert with 9-16 rows has two blocks, and the 8-row tile reads its weights twice; a
+# skewed router puts that many on its popular experts (TP8 T=128: 296 blocks, 270 pair tiles). On
+# an H100, 16-row blocks took 7 % off that down (v82) and cost the gate_up; the pairs keep the
+# routing's 8-row blocks. The pair tile is the 16 x 256 one-tile ring (ONE_TILE_RING, 2 stages, the
+# T=512 down's), costed 51 against the 8-row tile's 50 (16-row blocks at equal counts: +0.7 %, v82):
+# it runs where pairs save 2+ % of the tiles. From PAIRED_MIN_ROUTES_PER_EXPERT routes an expert only
+# (T=128 on 384 experts): below it, pairs are too few to pay the count (one read of expert_ids and
+# three barriers a CTA before its first load).
+# Not on by default: the kernel has not run on a GPU yet (written 2026-12-07 with no device lent).
+# CHORD_W4A16_TUNING=PAIRED=1 takes it by the route rule, PAIRED=2 wherever it fits; the plan step
+# that verifies and measures it is benchmarks/results/sweeps/2026-12-07_paired_decode/run.sh, and
+# PAIRED_DEFAULT becomes 1 if it holds there.
+PAIRED_DEFAULT = 0
+PAIRED_BLOCKS_CAPACITY = 1024  # IndexedPairedRowTiles::kCapacity: a call with more blocks runs the 8-row tile
+PAIRED_TABLE_BYTES = (PAIRED_BLOCKS_CAPACITY + 8) * 4  # IndexedPairedRowTiles::kTableBytes, static shared memory
+PAIRED_COST = (50, 51)  # an 8-row tile, a pair tile (MoeParams::pick_cost, pick_other_cost)
+PAIRED_MIN_ROUTES_PER_EXPERT = 2
+PAIRED_SHORT_TILE = {"NT": 4, "TT": 1, "STAGE_K": 128, "STAGES": 3}
+
+
+def indexed_mma_decode_dual(nt: int, stage_k: int, stages: int, tall_stages: int, arch: str = DEFAULT_ARCH) -> Launch:
+    """IndexedMmaDecodeDual: the 8-row stream-K tile and the 16-row pair tile (``tall_stages``
+    ring) in one launch, with the larger tile's dynamic shared memory and partials (the pair
+    table is static shared memory, PAIRED_TABLE_BYTES), at the occupancy both fit."""
+    short = indexed_mma_streamk(nt, 1, stage_k, stages, arch)
+    tall = indexed_mma_streamk(nt, 2, stage_k, tall_stages, arch)
+    spec = replace(short.spec, body="chord::IndexedMmaDecodeDual",
+                   template_args=short.spec.template_args + (("TALL_STAGES", tall_stages),),
+                   min_blocks_per_sm=min(short.spec.min_blocks_per_sm, tall.spec.min_blocks_per_sm))
+    return replace(short, spec=spec, smem_bytes=max(short.smem_bytes, tall.smem_bytes),
+                   partial_floats=max(short.partial_floats, tall.partial_floats),
+                   dual=(tall.rows_per_cta, *PAIRED_COST))
+
+
+def paired_decode(problem: IndexedProblem, launch: Launch, tuned: dict[str, int], arch: str = DEFAULT_ARCH) -> Launch:
+    """indexed_mma_decode_dual where ``launch`` is PAIRED_SHORT_TILE on short K and 8-row blocks of
+    at most PAIRED_BLOCKS_CAPACITY, by ``tuned``'s PAIRED (else PAIRED_DEFAULT): 1 where the call
+    has PAIRED_MIN_ROUTES_PER_EXPERT+ routes an expert, 2 at any route count; else ``launch``."""
+    paired = tuned.get("PAIRED", PAIRED_DEFAULT)
+    if paired not in (0, 1, 2):
+        raise ValueError(f"CHORD_W4A16_TUNING PAIRED={paired}: expected 0 (never), 1 (the route rule) or 2 (always)")
+    routes, experts = problem.num_routes, problem.num_experts
+    if (paired == 0 or launch.spec.family != "indexed_mma_sk" or problem.block_m != 8 or problem.k >= WGMMA_MIN_K
+            or any(launch.spec.config[key] != v for key, v in PAIRED_SHORT_TILE.items())
+            or not routes or routes // 8 + min(experts, routes) > PAIRED_BLOCKS_CAPACITY
+            or (paired == 1 and routes < PAIRED_MIN_ROUTES_PER_EXPERT * experts)):
+        return launch
+    dual = indexed_mma_decode_dual(4, 128, 3, 2, arch)
+    # the pair table beside the 8-row ring must leave the occupancy the 8-row tile had
+    return dual if dual.smem_bytes + PAIRED_TABLE_BYTES + 1024 <= SMEM_PER_SM // launch.spec.min_blocks_per_sm else launch
+
+
 def choose_indexed_mma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
     cfg = apply_tuning(streamk_shape(problem.n, problem.k, problem.block_m), problem.k, tuning)
     tuned = parse_tuning(tuning)
@@ -203,7 +258,7 @@ def choose_indexed_mma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH
         shallower = indexed_mma_streamk(cfg["NT"], cfg["TT"], cfg["STAGE_K"], 2, arch=arch)
         if many_tiles_decode(problem, shallower):
             launch = shallower
-    return launch
+    return paired_decode(problem, launch, tuned, arch)
 
 
 def choose_indexed_wgmma_streamk(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning: str = "") -> Launch:
@@ -304,6 +359,10 @@ def indexed_profile_launches(n: int, k: int, arch: str = DEFAULT_ARCH) -> list[L
     for block_m in sorted(set(INDEXED_BLOCK_M_CHOICES) | {24, 40, 48, 56}):
         for routes in range(MAX_CTAS_PER_SM * H200_SMS + 1):
             launch = pick_indexed(IndexedProblem(n, k, max(routes, 1), 1, block_m, routes), arch)
+            seen.setdefault(launch.spec.symbol, launch)
+        # the paired decode tile (paired_decode) at PAIRED_MIN_ROUTES_PER_EXPERT routes an expert
+        busy = IndexedProblem(n, k, H200_SMS, 1, block_m, PAIRED_MIN_ROUTES_PER_EXPERT * H200_SMS)
+        for launch in (pick_indexed(busy, arch), pick_indexed(busy, arch, tuning="PAIRED=1")):
             seen.setdefault(launch.spec.symbol, launch)
     return list(seen.values())
 

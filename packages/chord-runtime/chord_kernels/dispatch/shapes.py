@@ -140,7 +140,9 @@ def is_mid_batch_tile(rows: int, n: int, k: int, family: str) -> bool:
 
 MMA_TUNABLE = ("NT", "TT", "STAGE_K", "STAGES")
 WGMMA_TUNABLE = ("WM", "BN", "STAGES", "CWG")
-TUNABLE = MMA_TUNABLE + ("WM", "BN", "CWG")
+# PAIRED (indexed short-K decode, dispatch.indexed.paired_decode): the tile over pairs of an
+# expert's 8-row blocks; 0 never, 1 by its route rule, 2 wherever the kernel can.
+TUNABLE = MMA_TUNABLE + ("WM", "BN", "CWG", "PAIRED")
 
 
 def parse_tuning(text: str) -> dict[str, int]:
