@@ -5,7 +5,9 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the thirty-fifth session, 2026-12-07: no H200 came; one H100 call ran dnsk
+# Pending (after the thirty-sixth session, 2026-12-07: no device at all (one start failed, then
+# none lent); v83 was built on the CPU, off by default (PAIRED_DEFAULT 0): new step `paired`, 5d
+# below, on either GPU first. After the thirty-fifth, 2026-12-07: no H200 came; one H100 call ran dnsk
 # (../2026-12-07_h100_dnsk/: stream-K loses at every mid-batch down, +3 to +16 %, so dnsk is now
 # only a check on an H200; 16-row blocks take 4-7 % off TP8's skewed downs: new step tp8b16,
 # indexed-kernels.md v81, v82). After the thirty-fourth, 2026-12-07: no H200 came; three H100 calls ran
@@ -54,6 +56,11 @@
 #      stream-K down lost (v81), so this only checks that the H200 agrees
 #   5c. tp8b16 (~1.5 min, either GPU; an H200 first): TP8 T=20-128 on 16-row blocks against main,
 #      ABBA (v82: on the H100 the skewed downs -4 / -7 %, the gate_ups +0 to +4 %)
+#   5d. paired (~5 min, either GPU; first, whichever GPU comes): v83, the TP8 down's pair tiles over an
+#      expert's 8-row blocks (IndexedMmaDecodeDual), never run yet: its GPU tests, memcheck and
+#      racecheck, then do_bench main / PAIRED=1 / PAIRED=2 at TP8 T=64-256 both routings, ABBA. If
+#      correct and the rule's skewed downs gain with the uniform ones level: PAIRED_DEFAULT = 1
+#      (dispatch/indexed.py), the grids' TP8 T=128 then run it
 #   6. hostab (~2 min, carry [".whl", ".ab/86a1cee"]; HOST_BASE=86a1cee HOST_INPROC_CORES=; `bash
 #      benchmarks/ab_tree.sh 86a1cee`): the fast call against the Python launch path on the H200
 #      host (ran on an H100 host 2026-12-07: ../2026-12-07_h100_fast_call/)
@@ -309,6 +316,9 @@ for step in "$@"; do
         --dists uniform,skew -- auto sk:CHORD_W4A16_INDEXED_KERNEL=wgmma_sk b16:CHORD_W4A16_BLOCK_M=16 \
         auto2 sk2:CHORD_W4A16_INDEXED_KERNEL=wgmma_sk > "$D/dnsk.log" 2>&1
       st dnsk $?; tail -24 "$D/dnsk.log" ;;
+    paired)  # indexed-kernels.md v83 (either GPU, ~5 min): ../2026-12-07_paired_decode/run.sh on this tree
+      OUT=$D timeout 560 bash benchmarks/results/sweeps/2026-12-07_paired_decode/run.sh > "$D/paired.log" 2>&1
+      st paired $?; tail -40 "$D/paired.log" ;;
     tp8b16)  # indexed-kernels.md v82: TP8 on 16-row blocks (both projections) against main's 8-row
       # blocks at T=20-128, both routings, ABBA (~1.5 min, either GPU; on the H100 of 2026-12-07 the
       # skewed downs read -4 / -7 % at T=64 / 128, the gate_ups +0 to +4 %)
@@ -530,7 +540,7 @@ names = list(runs["main_1"])
 print("entry " + " ".join(runs), *(f"{n} " + " ".join(f"{r.get(n, float('nan')):.2f}" for r in runs.values()) for n in names), sep="\n")
 PY
       ;;
-    *) echo "unknown step $step (fcchk ab6970 chk69 chk70 dnstore dnsk tp8b16 ts8nchk abts8n mainchk v67once v67efw v68last hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
+    *) echo "unknown step $step (fcchk ab6970 chk69 chk70 dnstore dnsk paired tp8b16 ts8nchk abts8n mainchk v67once v67efw v68last hostab install grpgrid grpchk idxgrid midprof prefdn prefdn2 abbias wm4 turnschk abturns probe feed feedmid split stream)" >&2 ;;
   esac
 done
 tar czf "$OUT/plan.tgz" -C "$OUT" plan
