@@ -17,6 +17,7 @@
 
 #include <type_traits>
 
+#include "common/mma_decode_dual.cuh"
 #include "common/moe_params.cuh"
 #include "common/w4a16_mma_streamk.cuh"
 #include "common/w4a16_mma_tile.cuh"
@@ -190,25 +191,12 @@ struct GroupedMmaStreamK
     : MmaStreamK<NT, TT, STAGE_K, STAGES, BLOCK_K, GroupedRowTiles<ROUTING>::template Of> {};
 
 // The masked form's 8-row stream-K tile and its 16-row tile (TT 2, TALL_STAGES) in one kernel
-// (chord_kernels.dispatch.dual_decode_16, grouped-kernels.md v58): every CTA counts the call's row
-// tiles at both heights and runs the one that costs less (MoeParams::pick_cost: the short tile's,
-// pick_other_cost: the tall one's; the short tile wins a tie). Both counts are uniform over the
-// grid, so every CTA takes the same side. v57 launched the two as a pair instead, and the launch
-// that exits cost 3.5-5 µs a projection. Shared memory and the stream-K partials are the larger
-// tile's (the host sizes them), and one occupancy serves both.
+// (common/mma_decode_dual.cuh; chord_kernels.dispatch.dual_decode_16, grouped-kernels.md v58):
+// each call runs the one whose row tiles cost less. v57 launched the two as a pair instead.
 template <int ROUTING, int NT, int TT, int STAGE_K, int STAGES, int BLOCK_K, int TALL_STAGES>
-struct GroupedMmaDecodeDual {
+struct GroupedMmaDecodeDual : MmaDecodeDual<GroupedMmaStreamK<ROUTING, NT, 1, STAGE_K, STAGES, BLOCK_K>,
+                                            GroupedMmaStreamK<ROUTING, NT, 2, STAGE_K, TALL_STAGES, BLOCK_K>> {
   static_assert(ROUTING == kMasked && TT == 1, "the masked form's 8-row tile holds the 16-row one");
-  using Short = GroupedMmaStreamK<ROUTING, NT, 1, STAGE_K, STAGES, BLOCK_K>;
-  using Tall = GroupedMmaStreamK<ROUTING, NT, 2, STAGE_K, TALL_STAGES, BLOCK_K>;
-  __device__ static void run(const MoeParams& p) {
-    const int short_tiles = Short::Rows::count(p), tall_tiles = Tall::Rows::count(p);
-    if (picked(p, short_tiles, tall_tiles)) {
-      Short::run_tiles(p, short_tiles);
-    } else {
-      Tall::run_tiles(p, tall_tiles);
-    }
-  }
 };
 
 template <int ROUTING, int WM, int BN, int STAGES, int BLOCK_K>

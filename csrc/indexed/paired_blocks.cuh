@@ -21,11 +21,12 @@
 
 #include "common/moe_params.cuh"
 #include "common/streamk_schedule.cuh"
+#include "indexed/routes.cuh"
 
 namespace chord {
 
 template <int kTok>
-struct IndexedPairedRowTiles {
+struct IndexedPairedRowTiles : IndexedRoutes {  // route, a_row
   static constexpr bool kCountByWarpScan = false;
   static constexpr bool kEvictFirstWeights = true;  // MoeParams::evict_first_tiles
   static constexpr bool kPairedMma = false;         // MoeParams::pick_rows: the dual kernel's, not read per tile
@@ -128,11 +129,6 @@ struct IndexedPairedRowTiles {
     const int expert = __ldg(p.expert_ids + block);
     return {expert >= 0 && expert < p.num_experts ? expert : -1, first, rows};  // never read outside the weights
   }
-  __device__ static int32_t route(const MoeParams& p, const Located& at, int row) {
-    const int32_t r = row < at.rows ? __ldg(p.sorted_ids + at.first + row) : -1;
-    return r >= 0 && r < p.num_routes ? r : -1;
-  }
-  __device__ static int64_t a_row(const MoeParams& p, int32_t route) { return route / p.top_k; }
 };
 
 }  // namespace chord

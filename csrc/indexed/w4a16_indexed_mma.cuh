@@ -17,6 +17,7 @@
 
 #include <type_traits>
 
+#include "common/mma_decode_dual.cuh"
 #include "common/moe_params.cuh"
 #include "common/w4a16_mma_streamk.cuh"
 #include "common/w4a16_mma_tile.cuh"
@@ -24,6 +25,7 @@
 #include "common/w4a16_wgmma_tile.cuh"
 #include "common/w4a16_wgmma_tiles.cuh"
 #include "indexed/paired_blocks.cuh"
+#include "indexed/routes.cuh"
 
 namespace chord {
 
@@ -53,9 +55,9 @@ struct IndexedRows {
 
 // The routing's row tiles for the stream-K schedule (common/streamk_schedule.cuh): every block
 // before num_tokens_padded, cut into ctas_per_block tiles of kTok rows. Route = sorted id (the
-// out row), activation row = route / top_k.
+// out row), activation row = route / top_k (indexed/routes.cuh).
 template <int kTok>
-struct IndexedRowTiles {
+struct IndexedRowTiles : IndexedRoutes {  // route, a_row
   static constexpr bool kCountByWarpScan = false;  // from the parameters (WgmmaStreamK::run)
   static constexpr bool kEvictFirstWeights = true;  // MoeParams::evict_first_tiles
   static constexpr bool kPairedMma = false;         // MoeParams::pick_rows: never paired
@@ -72,11 +74,6 @@ struct IndexedRowTiles {
     const int expert = __ldg(p.expert_ids + block);
     return {expert >= 0 && expert < p.num_experts ? expert : -1, first, rows};  // never read outside the weights
   }
-  __device__ static int32_t route(const MoeParams& p, const Located& at, int row) {
-    const int32_t r = row < at.rows ? __ldg(p.sorted_ids + at.first + row) : -1;
-    return r >= 0 && r < p.num_routes ? r : -1;
-  }
-  __device__ static int64_t a_row(const MoeParams& p, int32_t route) { return route / p.top_k; }
 };
 
 template <int NT, int TT, int STAGE_K, int STAGES>
@@ -86,25 +83,17 @@ template <int NT, int TT, int STAGE_K, int STAGES>
 struct IndexedMma : IndexedRows<MmaTile<NT, TT, STAGE_K, STAGES, kIndexedBlockK>> {};
 
 // The short-K decode tile on 8-row blocks (TT 1) and the same tile over pairs of an expert's blocks
-// (TT 2, TALL_STAGES; indexed/paired_blocks.cuh) in one kernel (chord_kernels.dispatch.paired_decode,
-// indexed-kernels.md v83): every CTA counts the call's tiles both ways and runs the cheaper
-// (MoeParams::pick_cost: an 8-row tile's, pick_other_cost: a pair tile's; the 8-row tile wins a tie),
-// as the grouped masked form's GroupedMmaDecodeDual does. Both counts are uniform over the grid.
-// Dynamic shared memory is the larger tile's (the host sizes it); the pair table is static.
+// (TT 2, TALL_STAGES; indexed/paired_blocks.cuh) in one kernel (common/mma_decode_dual.cuh;
+// chord_kernels.dispatch.paired_decode, indexed-kernels.md v83): each call runs the one whose tiles
+// cost less. Dynamic shared memory is the larger tile's; the pair table is static.
 template <int NT, int TT, int STAGE_K, int STAGES, int TALL_STAGES>
-struct IndexedMmaDecodeDual {
+struct IndexedMmaDecodeDual
+    : MmaDecodeDual<IndexedMmaStreamK<NT, 1, STAGE_K, STAGES>,
+                    MmaStreamK<NT, 2, STAGE_K, TALL_STAGES, kIndexedBlockK, IndexedPairedRowTiles>> {
   static_assert(TT == 1, "8-row blocks, paired into 16-row tiles");
-  using Short = IndexedMmaStreamK<NT, 1, STAGE_K, STAGES>;
-  using Tall = MmaStreamK<NT, 2, STAGE_K, TALL_STAGES, kIndexedBlockK, IndexedPairedRowTiles>;
-  static_assert(Tall::kThreads == Tall::Rows::kThreads, "the pair table's scan spans the CTA");
-  __device__ static void run(const MoeParams& p) {
-    const int short_tiles = Short::Rows::count(p), tall_tiles = Tall::Rows::count(p);
-    if (picked(p, short_tiles, tall_tiles)) {
-      Short::run_tiles(p, short_tiles);
-    } else {
-      Tall::run_tiles(p, tall_tiles);
-    }
-  }
+  static_assert(IndexedPairedRowTiles<16>::kThreads == MmaStreamK<NT, 2, STAGE_K, TALL_STAGES, kIndexedBlockK,
+                                                                  IndexedPairedRowTiles>::kThreads,
+                "the pair table's scan spans the CTA");
 };
 
 template <int WM, int BN, int STAGES, int CWG>

@@ -27,6 +27,7 @@ from .launch import (
     H200_SMS,
     WGMMA_STAGE_K,
     Launch,
+    decode_dual_launch,
     deepest_wgmma_ring,
     evict_first_note,
     loop_targs,
@@ -331,13 +332,8 @@ def grouped_decode_dual(routing: str, block_k: int, arch: str = DEFAULT_ARCH) ->
     grouped_decode_16 (GroupedMmaDecodeDual): one launch with the larger of the two tiles'
     shared memory and partials, at the occupancy both fit."""
     short = grouped_mma_streamk(routing, 2, 1, 256, block_k, DECODE_DUAL_SHORT_STAGES, arch)
-    tall = grouped_decode_16(routing, block_k, arch)
-    spec = replace(short.spec, body="chord::GroupedMmaDecodeDual",
-                   template_args=short.spec.template_args + (("TALL_STAGES", DECODE_16_STAGES),),
-                   min_blocks_per_sm=min(short.spec.min_blocks_per_sm, tall.spec.min_blocks_per_sm))
-    return replace(short, spec=spec, smem_bytes=max(short.smem_bytes, tall.smem_bytes),
-                   partial_floats=max(short.partial_floats, tall.partial_floats),
-                   dual=(tall.rows_per_cta, *DECODE_DUAL_COST))
+    return decode_dual_launch(short, grouped_decode_16(routing, block_k, arch), "chord::GroupedMmaDecodeDual",
+                              DECODE_DUAL_COST)
 
 
 def dual_decode_16(problem: GroupedProblem, launch: Launch, arch: str = DEFAULT_ARCH) -> Launch:

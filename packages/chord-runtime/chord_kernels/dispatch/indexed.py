@@ -3,7 +3,7 @@ need the call's route count, the family each routing block runs, and every launc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .. import env
 from ..jit.kernel import DEFAULT_ARCH, KernelSpec
@@ -14,6 +14,7 @@ from .launch import (
     MAX_CTAS_PER_SM,
     SMEM_PER_SM,
     Launch,
+    decode_dual_launch,
     evict_first_note,
     loop_targs,
     mma_launch,
@@ -212,14 +213,9 @@ def indexed_mma_decode_dual(nt: int, stage_k: int, stages: int, tall_stages: int
     """IndexedMmaDecodeDual: the 8-row stream-K tile and the 16-row pair tile (``tall_stages``
     ring) in one launch, with the larger tile's dynamic shared memory and partials (the pair
     table is static shared memory, PAIRED_TABLE_BYTES), at the occupancy both fit."""
-    short = indexed_mma_streamk(nt, 1, stage_k, stages, arch)
-    tall = indexed_mma_streamk(nt, 2, stage_k, tall_stages, arch)
-    spec = replace(short.spec, body="chord::IndexedMmaDecodeDual",
-                   template_args=short.spec.template_args + (("TALL_STAGES", tall_stages),),
-                   min_blocks_per_sm=min(short.spec.min_blocks_per_sm, tall.spec.min_blocks_per_sm))
-    return replace(short, spec=spec, smem_bytes=max(short.smem_bytes, tall.smem_bytes),
-                   partial_floats=max(short.partial_floats, tall.partial_floats),
-                   dual=(tall.rows_per_cta, *PAIRED_COST))
+    return decode_dual_launch(indexed_mma_streamk(nt, 1, stage_k, stages, arch),
+                              indexed_mma_streamk(nt, 2, stage_k, tall_stages, arch), "chord::IndexedMmaDecodeDual",
+                              PAIRED_COST)
 
 
 def paired_decode(problem: IndexedProblem, launch: Launch, tuned: dict[str, int], arch: str = DEFAULT_ARCH) -> Launch:

@@ -195,6 +195,19 @@ def wgmma_weight_rows(wm: int, cwg: int) -> int:
     return cwg * 64 * wm
 
 
+def decode_dual_launch(short: Launch, tall: Launch, body: str, costs: tuple[int, int]) -> Launch:
+    """One kernel holding two stream-K mma tiles of one family (GroupedMmaDecodeDual,
+    IndexedMmaDecodeDual: common/mma_decode_dual.cuh): ``short``'s launch with ``body``, the tall
+    tile's ring as TALL_STAGES, the larger of the two tiles' shared memory and partials, the
+    occupancy both fit, and Launch.dual = (the tall tile's rows, ``costs``: a short row tile's and
+    a tall one's)."""
+    spec = replace(short.spec, body=body,
+                   template_args=short.spec.template_args + (("TALL_STAGES", tall.spec.config["STAGES"]),),
+                   min_blocks_per_sm=min(short.spec.min_blocks_per_sm, tall.spec.min_blocks_per_sm))
+    return replace(short, spec=spec, smem_bytes=max(short.smem_bytes, tall.smem_bytes),
+                   partial_floats=max(short.partial_floats, tall.partial_floats), dual=(tall.rows_per_cta, *costs))
+
+
 # WgmmaTile::kStagedEpilogue: the 4-warpgroup tiles stage their epilogue up to 48 rows (their
 # 8-deep ring and the staging fit an SM there; indexed-kernels.md v69).
 WGMMA_CWG4_STAGED_MAX_BN = 48
