@@ -86,13 +86,14 @@ struct IndexedMma : IndexedRows<MmaTile<NT, TT, STAGE_K, STAGES, kIndexedBlockK>
 // (TT 2, TALL_STAGES; indexed/paired_blocks.cuh) in one kernel (common/mma_decode_dual.cuh;
 // chord_kernels.dispatch.paired_decode, indexed-kernels.md v83): each call runs the one whose tiles
 // cost less. Dynamic shared memory is the larger tile's; the pair table is static.
+template <int NT, int STAGE_K, int STAGES>
+using IndexedMmaPairTile = MmaStreamK<NT, 2, STAGE_K, STAGES, kIndexedBlockK, IndexedPairedRowTiles>;
+
 template <int NT, int TT, int STAGE_K, int STAGES, int TALL_STAGES>
 struct IndexedMmaDecodeDual
-    : MmaDecodeDual<IndexedMmaStreamK<NT, 1, STAGE_K, STAGES>,
-                    MmaStreamK<NT, 2, STAGE_K, TALL_STAGES, kIndexedBlockK, IndexedPairedRowTiles>> {
+    : MmaDecodeDual<IndexedMmaStreamK<NT, 1, STAGE_K, STAGES>, IndexedMmaPairTile<NT, STAGE_K, TALL_STAGES>> {
   static_assert(TT == 1, "8-row blocks, paired into 16-row tiles");
-  static_assert(IndexedPairedRowTiles<16>::kThreads == MmaStreamK<NT, 2, STAGE_K, TALL_STAGES, kIndexedBlockK,
-                                                                  IndexedPairedRowTiles>::kThreads,
+  static_assert(IndexedMmaPairTile<NT, STAGE_K, TALL_STAGES>::kThreads == IndexedPairedRowTiles<16>::kThreads,
                 "the pair table's scan spans the CTA");
 };
 

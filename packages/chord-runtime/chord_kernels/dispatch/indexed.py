@@ -101,14 +101,19 @@ def choose_indexed_mma(problem: IndexedProblem, arch: str = DEFAULT_ARCH, tuning
     return indexed_mma(cfg["NT"], cfg["TT"], cfg["STAGE_K"], cfg["STAGES"], arch=arch)
 
 
-def decode_tiles(problem: IndexedProblem, launch: Launch) -> int | None:
-    """The most tiles ``launch`` can have for the call: every routing block it can have (at most
-    routes / block_m full ones plus one partial an expert with routes) times the block's tiles;
-    None when the route count is not known."""
+def max_blocks(problem: IndexedProblem) -> int | None:
+    """The most routing blocks the call can have: at most routes / block_m full ones plus one
+    partial an expert with routes; None when the route count is not known."""
     routes = problem.num_routes
-    if not routes:
+    return min(routes, routes // problem.block_m + min(problem.num_experts, routes)) if routes else None
+
+
+def decode_tiles(problem: IndexedProblem, launch: Launch) -> int | None:
+    """The most tiles ``launch`` can have for the call: max_blocks times the block's tiles; None
+    when the route count is not known."""
+    blocks = max_blocks(problem)
+    if blocks is None:
         return None
-    blocks = min(routes, routes // problem.block_m + min(problem.num_experts, routes))
     return blocks * launch.ctas_per_block(problem) * -(-problem.n // launch.cols_per_cta)
 
 
@@ -207,6 +212,7 @@ PAIRED_TABLE_BYTES = (PAIRED_BLOCKS_CAPACITY + 8) * 4  # IndexedPairedRowTiles::
 PAIRED_COST = (50, 51)  # an 8-row tile, a pair tile (MoeParams::pick_cost, pick_other_cost)
 PAIRED_MIN_ROUTES_PER_EXPERT = 2
 PAIRED_SHORT_TILE = {"NT": 4, "TT": 1, "STAGE_K": 128, "STAGES": 3}
+PAIRED_TALL_STAGES = 2  # the pair tile's ring: ONE_TILE_RING's 2 stages
 
 
 def indexed_mma_decode_dual(nt: int, stage_k: int, stages: int, tall_stages: int, arch: str = DEFAULT_ARCH) -> Launch:
@@ -225,13 +231,14 @@ def paired_decode(problem: IndexedProblem, launch: Launch, tuned: dict[str, int]
     paired = tuned.get("PAIRED", PAIRED_DEFAULT)
     if paired not in (0, 1, 2):
         raise ValueError(f"CHORD_W4A16_TUNING PAIRED={paired}: expected 0 (never), 1 (the route rule) or 2 (always)")
-    routes, experts = problem.num_routes, problem.num_experts
+    blocks = max_blocks(problem)
     if (paired == 0 or launch.spec.family != "indexed_mma_sk" or problem.block_m != 8 or problem.k >= WGMMA_MIN_K
             or any(launch.spec.config[key] != v for key, v in PAIRED_SHORT_TILE.items())
-            or not routes or routes // 8 + min(experts, routes) > PAIRED_BLOCKS_CAPACITY
-            or (paired == 1 and routes < PAIRED_MIN_ROUTES_PER_EXPERT * experts)):
+            or blocks is None or blocks > PAIRED_BLOCKS_CAPACITY
+            or (paired == 1 and problem.num_routes < PAIRED_MIN_ROUTES_PER_EXPERT * problem.num_experts)):
         return launch
-    dual = indexed_mma_decode_dual(4, 128, 3, 2, arch)
+    short = PAIRED_SHORT_TILE
+    dual = indexed_mma_decode_dual(short["NT"], short["STAGE_K"], short["STAGES"], PAIRED_TALL_STAGES, arch)
     # the pair table beside the 8-row ring must leave the occupancy the 8-row tile had
     return dual if dual.smem_bytes + PAIRED_TABLE_BYTES + 1024 <= SMEM_PER_SM // launch.spec.min_blocks_per_sm else launch
 
