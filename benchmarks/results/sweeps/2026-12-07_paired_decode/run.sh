@@ -18,9 +18,8 @@ source benchmarks/tree_setup.sh
 timeout 200 python3 -m pytest -m gpu tests/gpu/test_indexed_gpu.py tests/gpu/test_fast_call_gpu.py -n 4 -q \
   -p no:cacheprovider -k "paired or streamk or graph or kimi or fast" > "$OUT/pytest.log" 2>&1
 echo "pytest rc=$?" >> "$OUT/status"; tail -3 "$OUT/pytest.log"
-if [[ ${QUICK:-0} == 1 ]]; then configs=(main rule:CHORD_W4A16_TUNING=PAIRED=1 force:CHORD_W4A16_TUNING=PAIRED=2 main2)
-else configs=(main rule:CHORD_W4A16_TUNING=PAIRED=1 force:CHORD_W4A16_TUNING=PAIRED=2
-  force2:CHORD_W4A16_TUNING=PAIRED=2 rule2:CHORD_W4A16_TUNING=PAIRED=1 main2); fi
+configs=(main rule:CHORD_W4A16_TUNING=PAIRED=1 force:CHORD_W4A16_TUNING=PAIRED=2)  # then in reverse
+if [[ ${QUICK:-0} == 1 ]]; then configs+=(main2); else configs+=("${configs[2]/force/force2}" "${configs[1]/rule/rule2}" main2); fi
 SWEEP_BUDGET_S=30 sweep_step tp8 240 --scenarios tp8 --tokens 64,128,256 --dists uniform,skew -- "${configs[@]}"
 tail -30 "$OUT/tp8.log"
 for tool in memcheck $([[ ${QUICK:-0} == 1 ]] || echo racecheck); do
