@@ -5,9 +5,9 @@
 # history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
 # where each ran and what it decided is in README.md beside this file.
 #
-# Pending (after the thirty-seventh session, 2026-12-07: no device came in 21 calls; paired's run.sh
-# takes QUICK=1 for a short lease. After the thirty-sixth session, 2026-12-07: no device at all (one start failed, then
-# none lent); v83 was built on the CPU, off by default (PAIRED_DEFAULT 0): new step `paired`, 5d
+# Pending (after the thirty-seventh session, 2026-12-07: no device came in 21 calls; paired's
+# run.sh takes QUICK=1 for a short lease. After the thirty-sixth session, 2026-12-07: no device at
+# all (one start failed, then none lent); v83 was built on the CPU, off by default (PAIRED_DEFAULT 0): new step `paired`, 5d
 # below, on either GPU first. After the thirty-fifth, 2026-12-07: no H200 came; one H100 call ran dnsk
 # (../2026-12-07_h100_dnsk/: stream-K loses at every mid-batch down, +3 to +16 %, so dnsk is now
 # only a check on an H200; 16-row blocks take 4-7 % off TP8's skewed downs: new step tp8b16,
