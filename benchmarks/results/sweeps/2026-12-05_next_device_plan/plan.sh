@@ -2,69 +2,37 @@
 # The pending device runs, as steps of at most one device call each (600 s). Results go to
 # $OUT/plan and $OUT/plan.tgz (the tool brings back only a few files). Steps that already ran
 # (named in the design logs: gv40chk, abgv42, iv51chk, v56chk, ts8chk, whole, ...) are in git
-# history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`;
-# where each ran and what it decided is in README.md beside this file.
-#
-# Pending (after the thirty-seventh session, 2026-12-07: no device came in 21 calls; paired's
-# run.sh takes QUICK=1 for a short lease. After the thirty-sixth session, 2026-12-07: no device at
-# all (one start failed, then none lent); v83 was built on the CPU, off by default (PAIRED_DEFAULT 0): new step `paired`, 5d
-# below, on either GPU first. After the thirty-fifth, 2026-12-07: no H200 came; one H100 call ran dnsk
-# (../2026-12-07_h100_dnsk/: stream-K loses at every mid-batch down, +3 to +16 %, so dnsk is now
-# only a check on an H200; 16-row blocks take 4-7 % off TP8's skewed downs: new step tp8b16,
-# indexed-kernels.md v81, v82). After the thirty-fourth, 2026-12-07: no H200 came; three H100 calls ran
-# ../2026-12-07_barrier_backoff/run.sh, ../2026-12-07_tt2_product_scales/run.sh and
-# ../2026-12-07_tp8_down_four_ctas/run.sh, all rejected (indexed-kernels.md v77, v79, v80; v78 was
-# rejected on the CPU). After the thirty-third, 2026-12-07: no H200 came; three H100 calls ran v75's
-# gate_up_profile.sh and ../2026-12-07_kblock_major_weights/ (run.sh, run.sh promo): the K-block-major
-# weight order, the scale pairs and the L2 promotion, all rejected (indexed-kernels.md v76). After the
-# thirty-second, 2026-12-07: no H200 came; one H100 call ran
-# ../2026-12-07_tp8_prefill_bytes/run.sh (indexed-kernels.md v75), and its gate_up_profile.sh
-# (either GPU, ~2 min) is the next look at TP8 T=2048 gate_up. After the thirty-first,
-# 2026-12-07: the fast call landed (ca7e1fd; fcchk and hostab on an H100: host time a call
-# 7.0-7.3 -> 3.8-4.2 µs, whole GPU suite green at 68349a8;
-# README.md). After the thirtieth, 2026-12-07: every lease an H100: mainchk clean at 63465f6;
-# dnstore, midprof and dnbal ran; v72chk/abv72 and lwchk/ablw measured v72-v74, none landed
-# (indexed-kernels.md); grpgrid at 0fe2077 (v65 in: grouped-kernels.md "at 0fe2077"); abp16 kept
-# v71 in the indexed family. The twenty-ninth session's: both grids at 191deeb on an H100). The steps
-# that measured v72-v74 and abp16 (v72chk, abv72, lwchk, ablw, abp16) are in git history at 9e6f1b8;
-# their trees rebuild from the diffs in ../2026-12-07_h100_v72_shared_tail_sum/,
-# ../2026-12-07_h100_v74_late_wave/ and ../2026-12-07_h100_p16/).
-# v69 (stg4) landed at e2f85bb, v71 (ts8n) at 52fa154 on top (indexed family only since v65); v70
-# (dfr4) tied with v69 on the H100 and waits for an H200 A/B (indexed-kernels.md v69-v71, grouped-
-# kernels.md v64, v65). Every step but gv59, gv60*, the trees' steps, abbias and hostab runs main
-# (carry [".whl"]; `mkdir -p .whl && pip download -q --no-deps -d .whl humming-kernels==0.1.19
-# packaging` if it is gone). With CHORD_COMMIT=<main's short sha>, one call each, in this order:
-#   1. on an H200: idxgrid (~2 min) and grpgrid (~5.5 min): the grids of record with v69, v71 and
-#      v65 (the H100 grids at 191deeb ran in the twenty-ninth session), then ab70 (~2.5 min, carry
-#      [".whl", ".ab/dfr4"]; rebuild the tree on main first: `bash benchmarks/ab_tree.sh HEAD dfr4
-#      --patch <abs path>/2026-12-06_dfr4_cwg4_deferred_epilogue/dfr4_on_e2f85bb.diff`, which still
-#      applies) and abv71g (~1 min, carry [".whl", ".ab/191deeb"]; `bash benchmarks/ab_tree.sh
-#      191deeb`): v70 against main, and the grouped quarters against main's halves. If v70 wins on
-#      the H200: `git apply` that diff (it carries its test updates), mainchk SAN_CASES="wgmma
-#      wgmma_sk4 grouped:4-warpgroup" (chk70 ran clean on the H100), regrid
-#   0b. (mainchk and abv71g ran 2026-12-07 on an H100 at 6e96133: clean; grouped v64)
-#   2. on an H200: dnstore (~2 min): main without its output writes on the same points (the
-#      epilogue's whole cost, the bound for v70 and v69), if ab70 leaves it in doubt (on the H100,
-#      2026-12-07: 3.4-5.0 % of the down)
-#   3. (ts8nchk and abts8n ran 2026-12-07 on an H100: ts8n landed as v71)
-#   4. on an H200: abbias (~5 min, carry [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`):
-#      the immediate 136 bias against main, ncu ABBA (indexed-kernels.md v62/v63)
-#   5. on an H200: midprof (~3 min): where EP8 T=128 gate_up's ~1540 cycles a stage go when its feed
-#      alone takes ~1180 and its k loop alone 1084 (indexed-kernels.md v60, v63; the H100 run of
-#      2026-12-07 is bytes-bound there, so only the H200's answers it)
-#   5b. on an H200: dnsk (~2.5 min): the mid-batch downs (EP8 T=64/128, TP8 T=512) on the stream-K
-#      schedule and on 16-row blocks, against main (after ab70, before hostab); on the H100 every
-#      stream-K down lost (v81), so this only checks that the H200 agrees
-#   5c. tp8b16 (~1.5 min, either GPU; an H200 first): TP8 T=20-128 on 16-row blocks against main,
-#      ABBA (v82: on the H100 the skewed downs -4 / -7 %, the gate_ups +0 to +4 %)
-#   5d. paired (~5 min, either GPU; first, whichever GPU comes): v83, the TP8 down's pair tiles over an
-#      expert's 8-row blocks (IndexedMmaDecodeDual), never run yet: its GPU tests, memcheck and
-#      racecheck, then do_bench main / PAIRED=1 / PAIRED=2 at TP8 T=64-256 both routings, ABBA. If
+# history: `git show 025f026:benchmarks/results/sweeps/2026-12-05_next_device_plan/plan.sh`.
+# Usage: `OUT=$OUT bash THIS_FILE install STEP...` on the device (install first: the pip installs).
+# Pending, in order (kept current; each session's account is in README.md beside this file, and
+# what each step decided is in docs/indexed-kernels.md and docs/grouped-kernels.md). Every step
+# but the trees' steps, abbias and hostab runs main (carry [".whl"]; `mkdir -p .whl && pip download
+# -q --no-deps -d .whl humming-kernels==0.1.19 packaging` if it is gone), one call each, with
+# CHORD_COMMIT=<main's short sha>:
+#   1. paired (~5 min, either GPU; whichever comes first; QUICK=1 in the environment and ~3.5 min
+#      on a short lease): v83, the TP8 down's pair tiles over an expert's 8-row blocks
+#      (IndexedMmaDecodeDual, off by default), never run: its GPU tests, then do_bench main /
+#      PAIRED=1 / PAIRED=2 at TP8 T=64-256 both routings (ABBA), then memcheck and racecheck. If
 #      correct and the rule's skewed downs gain with the uniform ones level: PAIRED_DEFAULT = 1
-#      (dispatch/indexed.py), the grids' TP8 T=128 then run it
-#   6. hostab (~2 min, carry [".whl", ".ab/86a1cee"]; HOST_BASE=86a1cee HOST_INPROC_CORES=; `bash
+#      (dispatch/indexed.py) and the tests that pin it (v83 lists them)
+#   2. on an H200: idxgrid (~2 min) and grpgrid (~5.5 min): the grids of record with v69, v71 and
+#      grouped v65 (the last H200 grids are at b0cbab7; the H100 grids at 191deeb / 0fe2077)
+#   3. on an H200: ab70 (~2.5 min, carry [".whl", ".ab/dfr4"]; the tree: `bash benchmarks/ab_tree.sh
+#      HEAD dfr4 --patch <abs path>/2026-12-06_dfr4_cwg4_deferred_epilogue/dfr4_on_e2f85bb.diff`):
+#      v70 against main (tied on the H100). If v70 wins: `git apply` that diff (it carries its test
+#      updates), mainchk SAN_CASES="wgmma wgmma_sk4 grouped:4-warpgroup", regrid
+#   4. on an H200: abv71g (~1 min, carry [".whl", ".ab/191deeb"]; `bash benchmarks/ab_tree.sh
+#      191deeb`): the grouped tile loop's quarters (v71) against main's halves (grouped v65)
+#   5. on an H200: dnsk (~2.5 min): the mid-batch downs on stream-K and on 16-row blocks against
+#      main; on the H100 every stream-K down lost (v81), so this checks that the H200 agrees
+#   6. tp8b16 (~1.5 min, an H200 first): TP8 T=20-128 on 16-row blocks against main, ABBA (v82: on
+#      the H100 the skewed downs -4 / -7 %, the gate_ups +0 to +4 %)
+#   7. hostab (~2 min, carry [".whl", ".ab/86a1cee"]; HOST_BASE=86a1cee HOST_INPROC_CORES=; `bash
 #      benchmarks/ab_tree.sh 86a1cee`): the fast call against the Python launch path on the H200
-#      host (ran on an H100 host 2026-12-07: ../2026-12-07_h100_fast_call/)
+#      host (on an H100 host: ../2026-12-07_h100_fast_call/)
+#   8. on an H200, if time is left: dnstore (~2 min; the epilogue's whole cost, if ab70 leaves it
+#      in doubt), midprof (~3 min; EP8 T=128 gate_up's stage time, v60 / v63), abbias (~5 min, carry
+#      [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`; v62 / v63)
 #   0. after a kernel lands: mainchk (~3 min, either GPU; SAN_CASES names the change's sanitizer
 #      cases): main's whole GPU suite, memcheck and racecheck
 # The twenty-fifth session's one-call variants (stg4one, abstg4, s4t8chk, abts8ng) are in git
