@@ -14,7 +14,7 @@
 #      (IndexedMmaDecodeDual, off by default), never run: its GPU tests, then do_bench main /
 #      PAIRED=1 / PAIRED=2 at TP8 T=64-256 both routings (ABBA), then memcheck and racecheck. If
 #      correct and the rule's skewed downs gain with the uniform ones level: PAIRED_DEFAULT = 1
-#      (dispatch/indexed.py) and the tests that pin it (v83 lists them)
+#      (dispatch/indexed.py) and the tests that pin it (v83 lists them); the grids then run it
 #   2. on an H200: idxgrid (~2 min) and grpgrid (~5.5 min): the grids of record with v69, v71 and
 #      grouped v65 (the last H200 grids are at b0cbab7; the H100 grids at 191deeb / 0fe2077)
 #   3. on an H200: ab70 (~2.5 min, carry [".whl", ".ab/dfr4"]; the tree: `bash benchmarks/ab_tree.sh
@@ -35,6 +35,9 @@
 #      [".whl", ".ab/24a33bd"]; `bash benchmarks/ab_tree.sh 24a33bd`; v62 / v63)
 #   0. after a kernel lands: mainchk (~3 min, either GPU; SAN_CASES names the change's sanitizer
 #      cases): main's whole GPU suite, memcheck and racecheck
+# The steps that measured v72-v74 and abp16 (v72chk, abv72, lwchk, ablw, abp16) are in git history
+# at 9e6f1b8; their trees rebuild from the diffs in ../2026-12-07_h100_v72_shared_tail_sum/,
+# ../2026-12-07_h100_v74_late_wave/ and ../2026-12-07_h100_p16/.
 # The twenty-fifth session's one-call variants (stg4one, abstg4, s4t8chk, abts8ng) are in git
 # history at ed2e394.
 # To spend an H100 call only where an H200 came: start the command with
