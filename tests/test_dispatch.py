@@ -1026,7 +1026,7 @@ def test_narrow_pair_reads_the_pick_only_in_its_mma_tiles():
 
     streamk = (csrc_dir() / "common" / "w4a16_mma_streamk.cuh").read_text()
     assert re.search(r"kReadsPick = Rows::kPairedMma && TT == 2 && STAGES <= 3;", streamk)
-    grouped = (csrc_dir() / "grouped" / "w4a16_grouped_mma.cuh").read_text()
+    grouped = (csrc_dir() / "grouped" / "row_tiles.cuh").read_text()
     assert re.search(r"kPairedMma = ROUTING == kMasked;", grouped)
     assert dispatch.NARROW_PAIR_FORMS == ("masked",)
     for routing, experts, rows, (n, k) in itertools.product(

@@ -293,17 +293,23 @@ struct StreamKFixup {
     return reinterpret_cast<float4*>(p.workspace + ((int64_t)(cta * 2 + slot) * kThreads + tid) * kAcc);
   }
 
+  // The tile's contributing CTAs, first_cta .. last_cta in order (the lock is the first one's),
+  // and this CTA's partial slot for it (tests/host_emu/streamk_walk.cpp checks them on the CPU).
+  __device__ static int first_cta(const StreamKWork& w, int first) { return w.cta_of(first); }
+  __device__ static int last_cta(const StreamKWork& w, int first) { return w.cta_of(first + w.stages - 1); }
+  __device__ static int slot(const StreamKWork& w, int first) { return first < w.sk0 ? 0 : 1; }
+
   template <class Sync>
   __device__ static bool contribute(const MoeParams& p, const StreamKWork& w, const float* acc, int first, int tid,
                                     int32_t* flag, Sync sync) {
-    const int c0 = w.cta_of(first), c1 = w.cta_of(first + w.stages - 1);  // contributing CTAs, in order
-    return Partials::contribute(partial(p, blockIdx.x, first < w.sk0 ? 0 : 1, tid), acc, p.locks + c0, c1 - c0 + 1,
-                                tid, flag, sync);
+    const int c0 = first_cta(w, first), c1 = last_cta(w, first);
+    return Partials::contribute(partial(p, blockIdx.x, slot(w, first), tid), acc, p.locks + c0, c1 - c0 + 1, tid,
+                                flag, sync);
   }
 
   template <int kChunk, class Store4>
   __device__ static void store_sum(const MoeParams& p, const StreamKWork& w, int first, int tid, Store4 store4) {
-    const int c0 = w.cta_of(first), c1 = w.cta_of(first + w.stages - 1);
+    const int c0 = first_cta(w, first), c1 = last_cta(w, first);
     Partials::template sum<kChunk>(
         c1 - c0 + 1, [&](int c) { return c == 0 ? partial(p, c0, 1, tid) : partial(p, c0 + c, 0, tid); }, store4);
   }
