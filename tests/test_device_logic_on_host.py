@@ -45,9 +45,20 @@ def run_lines(exe: Path, cases: list[str], *args: str) -> list[str]:
 # --- IndexedPairedRowTiles (csrc/indexed/paired_blocks.cuh) ---------------------------------------
 
 
-def short_tiles(num_blocks: int, block_m: int, padded: int) -> int:
-    """The blocks before num_tokens_padded: IndexedRowTiles<8>::count at one CTA a block."""
+def used_blocks(num_blocks: int, block_m: int, padded: int) -> int:
+    """The routing blocks before num_tokens_padded."""
     return min(num_blocks, -(-max(padded, 0) // block_m))
+
+
+def short_tiles_spec(expert_ids: list[int], block_m: int, num_experts: int, padded: int,
+                     sorted_len: int) -> list[tuple[int, int, int]]:
+    """IndexedRowTiles<8>'s tiles, block_m / 8 a block, as (first row, rows, expert or -1)."""
+    tiles = []
+    for b in range(used_blocks(len(expert_ids), block_m, padded)):
+        expert = expert_ids[b] if 0 <= expert_ids[b] < num_experts else -1
+        for first in range(b * block_m, (b + 1) * block_m, 8):
+            tiles.append((first, min(8, sorted_len - first), expert))
+    return tiles
 
 
 def pair_tiles_spec(expert_ids: list[int], block_m: int, num_experts: int, padded: int,
@@ -55,7 +66,7 @@ def pair_tiles_spec(expert_ids: list[int], block_m: int, num_experts: int, padde
     """The pair tiles as (first row, rows, expert), in block order: within each run of
     consecutive blocks of one local expert, a tile at every other block, holding the next one
     too where it is in the run. None where the kernel must fall back to its 8-row tile."""
-    blocks = short_tiles(len(expert_ids), block_m, padded)
+    blocks = used_blocks(len(expert_ids), block_m, padded)
     if blocks > PAIR_CAPACITY or block_m != 8:
         return None
     local = [e if 0 <= e < num_experts else -1 for e in expert_ids[:blocks]]
@@ -71,27 +82,29 @@ def pair_tiles_spec(expert_ids: list[int], block_m: int, num_experts: int, padde
 
 
 def pair_case(expert_ids: list[int], block_m: int, num_experts: int, padded: int, sorted_len: int) -> str:
-    head = [short_tiles(len(expert_ids), block_m, padded), len(expert_ids), block_m, num_experts, padded, sorted_len]
-    return " ".join(map(str, head + list(expert_ids)))
+    return " ".join(map(str, [len(expert_ids), block_m, num_experts, padded, sorted_len, *expert_ids]))
 
 
 def check_pair_tiles(cases: list[tuple], lines: list[str]) -> None:
     short_cost, pair_cost = dispatch_indexed.PAIRED_COST
     assert len(lines) == len(cases)
     for (expert_ids, block_m, num_experts, padded, sorted_len), line in zip(cases, lines, strict=True):
-        count, runs_pairs, *tiles = line.split()
+        head, shorts_out = line.split(" |")
+        shorts, count, runs_pairs, *tiles = head.split()
         want = pair_tiles_spec(expert_ids, block_m, num_experts, padded, sorted_len)
         where = (expert_ids[:24], block_m, num_experts, padded, sorted_len)
+        want_shorts = short_tiles_spec(expert_ids, block_m, num_experts, padded, sorted_len)
+        assert [tuple(map(int, t.split(":"))) for t in shorts_out.split()] == want_shorts, where
+        assert int(shorts) == len(want_shorts), where
         if want is None:
             assert (int(count), int(runs_pairs), tiles) == (-1, 0, []), where
             continue
         got = [tuple(map(int, t.split(":"))) for t in tiles]
         assert got == want and int(count) == len(want), where
-        shorts = short_tiles(len(expert_ids), block_m, padded)
-        assert int(runs_pairs) == (len(want) * pair_cost < shorts * short_cost), where  # the 8-row tile wins ties
+        assert int(runs_pairs) == (len(want) * pair_cost < len(want_shorts) * short_cost), where  # 8-row tiles win ties
         # Spec aside: every block of a local expert lies in exactly one tile, of its own expert.
         covered = [b for first, rows, _ in got for b in range(first // block_m, -(-(first + rows) // block_m))]
-        blocks = short_tiles(len(expert_ids), block_m, padded)
+        blocks = used_blocks(len(expert_ids), block_m, padded)
         assert covered == [b for b in range(blocks) if 0 <= expert_ids[b] < num_experts], where
         assert all(expert_ids[b] == e for first, rows, e in got
                    for b in range(first // block_m, (first + rows - 1) // block_m + 1)), where
@@ -111,7 +124,7 @@ def test_pair_tiles_on_vllm_routings(tmp_path, real_nvcc):
         sorted_ids, expert_ids, padded = moe_align_block_size(topk, 8, experts, emap)
         cases.append((expert_ids.tolist(), 8, local, int(padded), sorted_ids.numel()))
     check_pair_tiles(cases, run_lines(exe, [pair_case(*c) for c in cases], *map(str, dispatch_indexed.PAIRED_COST)))
-    assert any(len(pair_tiles_spec(*c)) < short_tiles(len(c[0]), 8, c[3]) for c in cases)  # some pairs formed
+    assert any(len(pair_tiles_spec(*c)) < used_blocks(len(c[0]), 8, c[3]) for c in cases)  # some pairs formed
 
 
 def test_pair_tiles_on_adversarial_blocks(tmp_path, real_nvcc):

@@ -21,7 +21,7 @@
 
 #include "common/moe_params.cuh"
 #include "common/streamk_schedule.cuh"
-#include "indexed/routes.cuh"
+#include "indexed/row_tiles.cuh"
 
 namespace chord {
 

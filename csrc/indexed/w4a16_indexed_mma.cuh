@@ -13,6 +13,7 @@
 //                      whole tiles on at most one CTA an SM (common/w4a16_wgmma_tiles.cuh: the grid
 //                      does not grow with the over-allocated routing buffers), with 4 one per tile
 //   IndexedWgmmaStreamK the wgmma tile on persistent stream-K CTAs (common/w4a16_wgmma_streamk.cuh)
+// The row tiles the stream-K and tile-loop kernels walk: indexed/row_tiles.cuh.
 #pragma once
 
 #include <type_traits>
@@ -25,7 +26,7 @@
 #include "common/w4a16_wgmma_tile.cuh"
 #include "common/w4a16_wgmma_tiles.cuh"
 #include "indexed/paired_blocks.cuh"
-#include "indexed/routes.cuh"
+#include "indexed/row_tiles.cuh"
 
 namespace chord {
 
@@ -50,29 +51,6 @@ struct IndexedRows {
     }
     __syncthreads();
     Tile::run(p, sm, expert);
-  }
-};
-
-// The routing's row tiles for the stream-K schedule (common/streamk_schedule.cuh): every block
-// before num_tokens_padded, cut into ctas_per_block tiles of kTok rows. Route = sorted id (the
-// out row), activation row = route / top_k (indexed/routes.cuh).
-template <int kTok>
-struct IndexedRowTiles : IndexedRoutes {  // route, a_row
-  static constexpr bool kCountByWarpScan = false;  // from the parameters (WgmmaStreamK::run)
-  static constexpr bool kEvictFirstWeights = true;  // MoeParams::evict_first_tiles
-  static constexpr bool kPairedMma = false;         // MoeParams::pick_rows: never paired
-  static constexpr int kTailMinPieceStagesCwg4 = 8;  // the tile loop's split tail (common/tail_split.cuh)
-  __device__ static int count(const MoeParams& p) {
-    const int64_t padded = max(__ldg(p.num_tokens_padded), 0);
-    return (int)min((int64_t)p.num_blocks, (padded + p.block_m - 1) / p.block_m) * p.ctas_per_block;
-  }
-  __device__ static bool picked(const MoeParams&, int) { return true; }  // indexed launches are never paired
-  __device__ static Located locate(const MoeParams& p, int row_tile) {
-    const int block = row_tile / p.ctas_per_block;
-    const int first = block * p.block_m + (row_tile % p.ctas_per_block) * kTok;
-    const int rows = min(min(kTok, (block + 1) * p.block_m - first), p.sorted_len - first);
-    const int expert = __ldg(p.expert_ids + block);
-    return {expert >= 0 && expert < p.num_experts ? expert : -1, first, rows};  // never read outside the weights
   }
 };
 

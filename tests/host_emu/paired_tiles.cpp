@@ -1,11 +1,12 @@
 // IndexedPairedRowTiles (csrc/indexed/paired_blocks.cuh) on the CPU: one CTA builds the call's
 // pair-tile table from expert_ids, as every CTA of the dual kernel does, and the tiles are read
-// back through locate. argv: the dispatch's PAIRED_COST (an 8-row tile's, a pair tile's). One
-// case a line on stdin:
-//   short_tiles num_blocks block_m num_experts num_tokens_padded sorted_len expert_id...
-// short_tiles: the call's 8-row tiles (IndexedRowTiles<8>::count), which the dual kernel compares
-// with the pairs. One line out a case: the pair tiles (count; -1 for kTooManyBlocks), whether the
-// dual kernel runs them (picked), then each pair tile as first:rows:expert.
+// back through locate; beside them the 8-row tiles (IndexedRowTiles<8>, indexed/row_tiles.cuh, at
+// block_m / 8 tiles a block) the dual kernel weighs them against. argv: the dispatch's
+// PAIRED_COST (an 8-row tile's, a pair tile's). One case a line on stdin:
+//   num_blocks block_m num_experts num_tokens_padded sorted_len expert_id...
+// One line out a case: the 8-row tiles' count, the pair tiles' (-1 for kTooManyBlocks), whether
+// the dual kernel runs the pairs (picked), each pair tile as first:rows:expert, then "|" and each
+// 8-row tile the same way.
 #include "cuda_on_host.h"
 
 #include <algorithm>
@@ -22,8 +23,8 @@ int main(int argc, char** argv) {
   std::string line;
   while (std::getline(std::cin, line)) {
     std::istringstream in(line);
-    int short_tiles, num_blocks, block_m, num_experts, padded, sorted_len;
-    in >> short_tiles >> num_blocks >> block_m >> num_experts >> padded >> sorted_len;
+    int num_blocks, block_m, num_experts, padded, sorted_len;
+    in >> num_blocks >> block_m >> num_experts >> padded >> sorted_len;
     std::vector<int32_t> expert_ids;
     for (int e; in >> e;) expert_ids.push_back(e);
     if ((int)expert_ids.size() != num_blocks) return 3;
@@ -34,7 +35,7 @@ int main(int argc, char** argv) {
     p.num_experts = num_experts;
     p.block_m = block_m;
     p.num_blocks = num_blocks;
-    p.ctas_per_block = 1;
+    p.ctas_per_block = block_m / 8;  // IndexedRowTiles<8>'s tiles a block
     p.sorted_len = sorted_len;
     p.pick_cost = short_cost;
     p.pick_other_cost = pair_cost;
@@ -55,10 +56,17 @@ int main(int argc, char** argv) {
     });
     for (int c : counts)
       if (c != counts[0]) return 4;  // every thread of the CTA must agree
-    const int pairs = counts[0];
-    std::printf("%d %d", pairs == Pairs::kTooManyBlocks ? -1 : pairs, chord::picked(p, short_tiles, pairs) ? 0 : 1);
+    using Shorts = chord::IndexedRowTiles<8>;
+    const int pairs = counts[0], shorts = Shorts::count(p);
+    std::printf("%d %d %d", shorts, pairs == Pairs::kTooManyBlocks ? -1 : pairs,
+                chord::picked(p, shorts, pairs) ? 0 : 1);
     for (int t = 0; pairs != Pairs::kTooManyBlocks && t < pairs; ++t)
       std::printf(" %d:%d:%d", located[t].first, located[t].rows, located[t].expert);
+    std::printf(" |");
+    for (int t = 0; t < shorts; ++t) {
+      const chord::Located at = Shorts::locate(p, t);
+      std::printf(" %d:%d:%d", at.first, at.rows, at.expert);
+    }
     std::printf("\n");
   }
   return 0;
