@@ -249,37 +249,62 @@ def test_streamk_schedule_check_catches_a_broken_walk():
 
 # --- the grouped family's row tiles (csrc/grouped/row_tiles.cuh) -----------------------------------
 
-OFFSETS, MASKED = 2, 3  # chord::kContiguousOffsets, chord::kMasked
+ROWS, OFFSETS, MASKED = 1, 2, 3  # chord::kContiguousRows, kContiguousOffsets, kMasked
 
 
 def grouped_tiles_spec(routing: int, tok: int, num_experts: int, max_m: int, values: list[int]) -> list[tuple]:
-    """Each expert's rows cut into tiles of `tok` rows, in expert order, as (first, rows, expert)."""
+    """The row tiles as (first, rows, expert, routes, sum of routes). Offsets and masked forms:
+    each expert's rows cut into tiles of `tok` rows, in expert order, every row routed to itself.
+    DeepGEMM rows form (values = m_indices): tile y is rows [y*tok, (y+1)*tok), of its first
+    row's expert (-1 where that is no expert), routing only that expert's rows."""
+    if routing == ROWS:
+        tiles = []
+        for first in range(0, len(values), tok):
+            rows, e = min(tok, len(values) - first), values[first]
+            expert = e if 0 <= e < num_experts else -1
+            mine = [first + i for i in range(rows) if expert >= 0 and values[first + i] == expert]
+            tiles.append((first, rows, expert, len(mine), sum(mine)))
+        return tiles
     tiles = []
     for e in range(num_experts):
         if routing == MASKED:
             first, count = e * max_m, max(min(values[e], max_m), 0)
         else:
             first, count = values[e], max(values[e + 1] - values[e], 0)
-        tiles += [(first + t, min(tok, count - t), e) for t in range(0, count, tok)]
+        for t in range(0, count, tok):
+            rows = min(tok, count - t)
+            tiles.append((first + t, rows, e, rows, rows * (first + t) + rows * (rows - 1) // 2))
     return tiles
 
 
+def deepgemm_rows(counts: list[int], alignment: int, rng: random.Random) -> list[int]:
+    """m_indices of DeepGEMM's contiguous form: each expert's rows, its segment padded with -1 to
+    the alignment; now and then a stray out-of-range id inside a segment."""
+    rows = []
+    for e, c in enumerate(counts):
+        rows += [e] * c + [-1] * (-c % alignment)
+    return [rng.choice((-1, 10**6)) if rng.random() < 0.01 else r for r in rows]
+
+
 def test_grouped_row_tiles_on_the_host(tmp_path, real_nvcc):
-    """count_tiles_in_warp, find_tile_in_warp and the pair's pick (GroupedRowTiles), one warp on
-    the CPU, for the offsets and masked forms: expert counts below, at and past one warp's 32
-    (the scans take 32 experts a step), empty experts and empty calls, masked counts past max_m
-    or negative, unaligned offsets, and two row tiles past the end (nothing found)."""
+    """GroupedRowTiles (count_tiles_in_warp, find_tile_in_warp, the pair's pick, the routes),
+    one warp on the CPU, for the three forms: expert counts below, at and past one warp's 32 (the
+    scans take 32 experts a step), empty experts and empty calls, masked counts past max_m or
+    negative, unaligned offsets, DeepGEMM segments padded with -1 (and stray ids), and two row
+    tiles past the end of the offsets and masked forms (nothing found)."""
     exe = build(real_nvcc, tmp_path, "grouped_tiles")
     rng = random.Random(5)
     cases = []
-    for _ in range(120):
-        routing = rng.choice((OFFSETS, MASKED))
+    for _ in range(150):
+        routing = rng.choice((ROWS, OFFSETS, MASKED))
         tok = rng.choice((8, 16, 24, 32, 56, 64, 96, 128, 240))
         num_experts = rng.choice((1, 12, 24, 31, 32, 33, 48, 64, 100))
         mean = rng.choice((0, 1, 3, 20, 100, 700))
         counts = [rng.choice((0, rng.randrange(0, 2 * mean + 1))) for _ in range(num_experts)]
         max_m = -(-max(counts + [1]) // 64) * 64
-        if routing == MASKED:
+        if routing == ROWS:
+            values = deepgemm_rows(counts, rng.choice((tok, 128)) if 128 % tok == 0 else tok, rng)
+        elif routing == MASKED:
             values = [c if rng.random() > 0.1 else rng.choice((-3, max_m + 17)) for c in counts]
         else:
             values = list(itertools.accumulate(counts, initial=rng.choice((0, 0, 5))))
@@ -297,8 +322,8 @@ def test_grouped_row_tiles_on_the_host(tmp_path, real_nvcc):
         want = grouped_tiles_spec(routing, tok, num_experts, max_m, values)
         assert int(count) == len(want), where
         got = [tuple(map(int, t.split(":"))) for t in found]
-        assert got == want + [(0, 0, -1)] * 2, where
-        if pick_rows:
+        assert got == want + ([] if routing == ROWS else [(0, 0, -1, 0, 0)] * 2), where
+        if pick_rows and routing != ROWS:  # the host never pairs the rows form
             other = len(grouped_tiles_spec(routing, pick_rows, num_experts, max_m, values))
             assert int(picked) == (len(want) * pick_cost <= other * other_cost), where  # this tile wins ties
         else:

@@ -1,11 +1,12 @@
 // The grouped family's row tiles (csrc/grouped/row_tiles.cuh) on the CPU: one warp counts the
 // call's tiles and locates each, as the stream-K schedule and the tile loop do (every lane calls;
-// every lane must get the same answer). One case a line on stdin:
+// every lane must get the same answer), and reads each tile's routes. One case a line on stdin:
 //   routing tok num_experts max_m pick_rows pick_cost pick_other_cost value...
-// routing 2 (offsets: the E+1 expert_offsets) or 3 (masked: the E masked_m counts). One line out a
-// case: the count, whether the tile of `tok` rows runs against one of pick_rows rows (picked; 1
-// where pick_rows is 0), then tiles 0 .. count+1 (two past the end: they must find nothing) as
-// first:rows:expert.
+// routing 1 (DeepGEMM rows: the m_indices, one a row), 2 (offsets: the E+1 expert_offsets) or 3
+// (masked: the E masked_m counts). One line out a case: the count, whether the tile of `tok` rows
+// runs against one of pick_rows rows (picked; 1 where pick_rows is 0), then tiles 0 .. count+1
+// (two past the end: the offsets and masked forms find nothing there) as
+// first:rows:expert:routes:route_sum, routes counting the tile rows with a route (`route`).
 #include "cuda_on_host.h"
 
 #include <iostream>
@@ -21,11 +22,13 @@ void run_case(chord::MoeParams& p) {
   using Rows = typename chord::GroupedRowTiles<ROUTING>::template Of<kTok>;
   std::vector<int> counts(32), picks(32);
   std::vector<std::vector<chord::Located>> found(32);
+  // The DeepGEMM form locates by the tile's first row: past the last tile there is no row to read.
+  const int past_end = ROUTING == chord::kContiguousRows ? 0 : 2;
   host_emu::run_cta(0, 1, 32, [&] {
     const int lane = threadIdx.x, tiles = Rows::count(p);
     counts[lane] = tiles;
-    picks[lane] = Rows::picked(p, tiles);
-    for (int y = 0; y < tiles + 2; ++y) found[lane].push_back(Rows::locate(p, y));
+    picks[lane] = ROUTING == chord::kContiguousRows || Rows::picked(p, tiles);  // the rows form is never paired
+    for (int y = 0; y < tiles + past_end; ++y) found[lane].push_back(Rows::locate(p, y));
   });
   for (int lane = 1; lane < 32; ++lane) {
     bool same = counts[lane] == counts[0] && picks[lane] == picks[0];
@@ -35,7 +38,14 @@ void run_case(chord::MoeParams& p) {
     if (!same) return void(std::printf("E lanes disagree\n"));
   }
   std::printf("%d %d", counts[0], picks[0]);
-  for (const chord::Located& at : found[0]) std::printf(" %d:%d:%d", at.first, at.rows, at.expert);
+  for (const chord::Located& at : found[0]) {
+    long long routes = 0, route_sum = 0;
+    for (int row = 0; at.expert >= 0 && row < kTok; ++row) {
+      const int32_t r = Rows::route(p, at, row);
+      if (r >= 0) ++routes, route_sum += r;
+    }
+    std::printf(" %d:%d:%d:%lld:%lld", at.first, at.rows, at.expert, routes, route_sum);
+  }
   std::printf("\n");
 }
 
@@ -70,7 +80,10 @@ int main() {
     for (long long v; in >> v;) offsets.push_back(v), masked.push_back(static_cast<int32_t>(v));
     p.expert_offsets = offsets.data();
     p.masked_m = masked.data();
-    const bool ok = routing == chord::kContiguousOffsets ? run_tok<chord::kContiguousOffsets>(tok, p)
+    p.m_indices = masked.data();
+    p.num_routes = static_cast<int>(masked.size());
+    const bool ok = routing == chord::kContiguousRows  ? run_tok<chord::kContiguousRows>(tok, p)
+                    : routing == chord::kContiguousOffsets ? run_tok<chord::kContiguousOffsets>(tok, p)
                     : routing == chord::kMasked          ? run_tok<chord::kMasked>(tok, p)
                                                          : false;
     if (!ok) return 3;
