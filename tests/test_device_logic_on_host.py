@@ -160,10 +160,10 @@ def test_pair_tiles_on_adversarial_blocks(tmp_path, real_nvcc):
 
 def check_schedule(case: tuple[int, ...], lines: list[str]) -> int:
     """Every tile's stages run exactly once, in contiguous parts; a tile is owned exactly where
-    one CTA runs all of it (no fix-up for nothing); a split tile's contributors are the consecutive CTAs that ran its
-    parts, in order, with the first one's partial in slot 1 and the others' in slot 0, no CTA
-    using one slot for two tiles, no two split tiles sharing a lock, and the finisher's sum made
-    of exactly the tile's parts. Returns the split tiles."""
+    one CTA runs all of it (no fix-up for nothing); a split tile's contributors are the
+    consecutive CTAs that ran its parts, in order, with the first one's partial in slot 1 and the
+    others' in slot 0, no CTA using one slot for two tiles, no two split tiles sharing a lock, and
+    the finisher's sum made of exactly the tile's parts. Returns the split tiles."""
     row_tiles, col_tiles, stages, _, grid, _, _ = case
     assert not [line for line in lines if line.startswith("E")], (case, [x for x in lines if x.startswith("E")][:3])
     sums = [tuple(map(int, line.split()[1:])) for line in lines if line.startswith("S")]

@@ -75,13 +75,14 @@ int main() {
     chord::MoeParams p{};
     in >> routing >> tok >> p.num_experts >> p.max_m >> p.pick_rows >> p.pick_cost >> p.pick_other_cost;
     p.pick_first = 1;
-    std::vector<int64_t> offsets;
-    std::vector<int32_t> masked;
-    for (long long v; in >> v;) offsets.push_back(v), masked.push_back(static_cast<int32_t>(v));
-    p.expert_offsets = offsets.data();
-    p.masked_m = masked.data();
-    p.m_indices = masked.data();
-    p.num_routes = static_cast<int>(masked.size());
+    // The values as each form reads them: int64 expert_offsets, int32 masked_m or m_indices.
+    std::vector<int64_t> wide;
+    std::vector<int32_t> narrow;
+    for (long long v; in >> v;) wide.push_back(v), narrow.push_back(static_cast<int32_t>(v));
+    p.expert_offsets = wide.data();
+    p.masked_m = narrow.data();
+    p.m_indices = narrow.data();
+    p.num_routes = static_cast<int>(narrow.size());
     const bool ok = routing == chord::kContiguousRows  ? run_tok<chord::kContiguousRows>(tok, p)
                     : routing == chord::kContiguousOffsets ? run_tok<chord::kContiguousOffsets>(tok, p)
                     : routing == chord::kMasked          ? run_tok<chord::kMasked>(tok, p)
